@@ -1,0 +1,7 @@
+import type { Migration } from 'kysely';
+import * as foundation from './20261122T0100_foundation.js';
+
+/** Every migration, in order. Names are timestamps so they sort the way they apply. */
+export const migrations: Record<string, Migration> = {
+  '20261122T0100_foundation': foundation,
+};

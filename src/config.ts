@@ -1,0 +1,201 @@
+import { randomBytes } from 'node:crypto';
+import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+
+export const SERVICES = ['orchestrator', 'auth', 'tools', 'billing', 'storage'] as const;
+export type ServiceName = (typeof SERVICES)[number];
+
+/** A configuration problem, reported as one line naming the setting. */
+export class ConfigError extends Error {
+  constructor(
+    readonly setting: string,
+    message: string,
+  ) {
+    super(`${setting}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const intFrom = (min: number, max: number) =>
+  z.coerce.number().int().min(min).max(max);
+
+const EnvSchema = z.object({
+  HOST: z.string().min(1).default('127.0.0.1'),
+  PORT: intFrom(0, 65535).default(8080),
+  HANGAR_DATA_DIR: z.string().min(1).default('./.hangar'),
+  DATABASE_URL: z.string().optional(),
+  REDIS_URL: z.string().optional(),
+  HANGAR_SERVICES: z.string().optional(),
+  HANGAR_BASE_URL: z.string().url().optional(),
+  HANGAR_AUTH_URL: z.string().url().optional(),
+  HANGAR_TOOLS_URL: z.string().url().optional(),
+  HANGAR_BILLING_URL: z.string().url().optional(),
+  HANGAR_STORAGE_URL: z.string().url().optional(),
+  HANGAR_SECRET_KEY: z.string().optional(),
+  HANGAR_OIDC_ISSUER: z.string().url().optional(),
+  HANGAR_OIDC_AUDIENCE: z.string().min(1).optional(),
+  HANGAR_OIDC_JWKS_URL: z.string().url().optional(),
+  HANGAR_SESSION_TTL_SECONDS: intFrom(60, 60 * 60 * 24 * 30).default(60 * 60 * 12),
+  HANGAR_BODY_LIMIT_BYTES: intFrom(1024, 1024 * 1024 * 1024).default(1024 * 1024),
+  HANGAR_UPLOAD_LIMIT_BYTES: intFrom(1, 1024 ** 4).default(100 * 1024 * 1024),
+  HANGAR_STORAGE_QUOTA_BYTES: intFrom(0, 1024 ** 5).default(1024 * 1024 * 1024),
+  HANGAR_SIGNUP_CREDITS_CENTS: intFrom(0, 1_000_000_00).default(500),
+  HANGAR_VALIDATE_RESPONSES: z.enum(['true', 'false', '1', '0']).optional(),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export type Config = Readonly<{
+  host: string;
+  port: number;
+  dataDir: string;
+  database: { kind: 'sqlite'; file: string } | { kind: 'postgres'; url: string; schema?: string };
+  redisUrl?: string;
+  services: readonly ServiceName[];
+  urls: Readonly<Record<ServiceName, string>>;
+  /** Master secret (32+ bytes) from which signing and encryption keys are derived. */
+  secretKey: Buffer;
+  oidc?: Readonly<{ issuer: string; audience: string; jwksUrl?: string }>;
+  sessionTtlSeconds: number;
+  bodyLimitBytes: number;
+  uploadLimitBytes: number;
+  storageQuotaBytes: number;
+  signupCreditsCents: number;
+  validateResponses: boolean;
+  logLevel: string;
+}>;
+
+export function parseServices(value: string | undefined): ServiceName[] {
+  if (!value || value.trim() === '') return [...SERVICES];
+  const names = value.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const name of names) {
+    if (!(SERVICES as readonly string[]).includes(name)) {
+      throw new ConfigError('--service', `unknown service "${name}"; expected one or more of ${SERVICES.join(', ')}`);
+    }
+  }
+  return [...new Set(names)] as ServiceName[];
+}
+
+function parseDatabaseUrl(url: string | undefined, dataDir: string): Config['database'] {
+  if (!url) return { kind: 'sqlite', file: path.join(dataDir, 'hangar.db') };
+  if (url.startsWith('sqlite:')) {
+    const file = url.slice('sqlite:'.length).replace(/^\/\//, '');
+    if (!file) throw new ConfigError('DATABASE_URL', 'sqlite: URL needs a file path, e.g. sqlite:./data/hangar.db');
+    return { kind: 'sqlite', file };
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError('DATABASE_URL', 'is not a valid URL; expected postgres://user@host:5432/database');
+  }
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
+    throw new ConfigError('DATABASE_URL', `unsupported scheme "${parsed.protocol}"; expected postgres:// or sqlite:`);
+  }
+  if (!parsed.hostname || parsed.pathname.length <= 1) {
+    throw new ConfigError('DATABASE_URL', 'must name a host and a database, e.g. postgres://user@host:5432/database');
+  }
+  const schema = parsed.searchParams.get('schema') ?? undefined;
+  if (schema && !/^[a-z_][a-z0-9_]*$/i.test(schema)) {
+    throw new ConfigError('DATABASE_URL', 'schema parameter must be a plain identifier');
+  }
+  parsed.searchParams.delete('schema');
+  return { kind: 'postgres', url: parsed.toString(), schema };
+}
+
+function ensureWritableDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    accessSync(dir, constants.W_OK | constants.R_OK);
+  } catch (err) {
+    throw new ConfigError('HANGAR_DATA_DIR', `directory "${dir}" is not writable (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+}
+
+/**
+ * Parses the environment once into a frozen Config. Nothing else reads process.env.
+ * The secret key is resolved by the caller (see loadSecretKey) so tests can inject one.
+ */
+export function parseConfig(
+  env: Record<string, string | undefined>,
+  overrides: { services?: string; secretKey?: Buffer } = {},
+): Config {
+  const result = EnvSchema.safeParse(env);
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    throw new ConfigError(String(issue.path[0] ?? 'environment'), issue.message);
+  }
+  const e = result.data;
+  const dataDir = path.resolve(e.HANGAR_DATA_DIR);
+  ensureWritableDir(dataDir);
+  const services = parseServices(overrides.services ?? e.HANGAR_SERVICES);
+  const database = parseDatabaseUrl(e.DATABASE_URL, dataDir);
+  if (e.REDIS_URL && !/^rediss?:\/\//.test(e.REDIS_URL)) {
+    throw new ConfigError('REDIS_URL', 'expected redis://host:6379');
+  }
+  if ((e.HANGAR_OIDC_ISSUER && !e.HANGAR_OIDC_AUDIENCE) || (!e.HANGAR_OIDC_ISSUER && e.HANGAR_OIDC_AUDIENCE)) {
+    throw new ConfigError('HANGAR_OIDC_ISSUER', 'HANGAR_OIDC_ISSUER and HANGAR_OIDC_AUDIENCE must be set together');
+  }
+  const host = e.HOST === '0.0.0.0' || e.HOST === '::' ? '127.0.0.1' : e.HOST;
+  const local = `http://${host.includes(':') ? `[${host}]` : host}:${e.PORT}`;
+  const urls = {
+    orchestrator: e.HANGAR_BASE_URL ?? local,
+    auth: e.HANGAR_AUTH_URL ?? e.HANGAR_BASE_URL ?? local,
+    tools: e.HANGAR_TOOLS_URL ?? e.HANGAR_BASE_URL ?? local,
+    billing: e.HANGAR_BILLING_URL ?? e.HANGAR_BASE_URL ?? local,
+    storage: e.HANGAR_STORAGE_URL ?? e.HANGAR_BASE_URL ?? local,
+  };
+  let secretKey = overrides.secretKey;
+  if (!secretKey && e.HANGAR_SECRET_KEY) {
+    secretKey = Buffer.from(e.HANGAR_SECRET_KEY, /^[0-9a-f]{64,}$/i.test(e.HANGAR_SECRET_KEY) ? 'hex' : 'base64');
+    if (secretKey.length < 32) throw new ConfigError('HANGAR_SECRET_KEY', 'must hold at least 32 bytes (64 hex characters or base64)');
+  }
+  if (!secretKey) throw new ConfigError('HANGAR_SECRET_KEY', 'no secret key (set it, or let loadConfig create one in the data directory)');
+  return Object.freeze({
+    host: e.HOST,
+    port: e.PORT,
+    dataDir,
+    database,
+    redisUrl: e.REDIS_URL,
+    services: Object.freeze(services),
+    urls: Object.freeze(urls),
+    secretKey,
+    oidc: e.HANGAR_OIDC_ISSUER
+      ? Object.freeze({ issuer: e.HANGAR_OIDC_ISSUER, audience: e.HANGAR_OIDC_AUDIENCE!, jwksUrl: e.HANGAR_OIDC_JWKS_URL })
+      : undefined,
+    sessionTtlSeconds: e.HANGAR_SESSION_TTL_SECONDS,
+    bodyLimitBytes: e.HANGAR_BODY_LIMIT_BYTES,
+    uploadLimitBytes: e.HANGAR_UPLOAD_LIMIT_BYTES,
+    storageQuotaBytes: e.HANGAR_STORAGE_QUOTA_BYTES,
+    signupCreditsCents: e.HANGAR_SIGNUP_CREDITS_CENTS,
+    validateResponses: e.HANGAR_VALIDATE_RESPONSES === 'true' || e.HANGAR_VALIDATE_RESPONSES === '1',
+    logLevel: e.LOG_LEVEL,
+  });
+}
+
+/**
+ * The CLI's entry: like parseConfig, but on the embedded default with no HANGAR_SECRET_KEY it keeps
+ * a generated key in `<data dir>/secret.key` (mode 0600) so tokens and encrypted records survive restarts.
+ */
+export function loadConfig(env: Record<string, string | undefined>, overrides: { services?: string } = {}): Config {
+  if (env.HANGAR_SECRET_KEY) return parseConfig(env, overrides);
+  const dataDir = path.resolve(env.HANGAR_DATA_DIR || './.hangar');
+  ensureWritableDir(dataDir);
+  const file = path.join(dataDir, 'secret.key');
+  let key: Buffer;
+  try {
+    key = Buffer.from(readFileSync(file, 'utf8').trim(), 'hex');
+  } catch {
+    key = randomBytes(32);
+    try {
+      writeFileSync(file, key.toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+        throw new ConfigError('HANGAR_DATA_DIR', `cannot write ${file} (${(err as NodeJS.ErrnoException).code})`);
+      }
+      key = Buffer.from(readFileSync(file, 'utf8').trim(), 'hex');
+    }
+  }
+  if (key.length < 32) throw new ConfigError('HANGAR_SECRET_KEY', `${file} is damaged; delete it or set HANGAR_SECRET_KEY`);
+  return parseConfig(env, { ...overrides, secretKey: key });
+}

@@ -1,0 +1,136 @@
+// Row types of every table, as Kysely sees them. Timestamps are ISO text; booleans 0/1; JSON is text.
+
+export interface UsersTable {
+  id: string;
+  email: string | null;
+  name: string | null;
+  idp_issuer: string;
+  idp_subject: string;
+  created_at: string;
+}
+
+export interface OrganizationsTable {
+  id: string;
+  idp_org_id: string;
+  name: string;
+  slug: string;
+  plan: string;
+  enterprise: number;
+  settings: string;
+  default_project_id: string;
+  created_by_user_id: string;
+  created_at: string;
+}
+
+export interface MembershipsTable {
+  org_id: string;
+  user_id: string;
+  role: string;
+  created_at: string;
+}
+
+export interface ProjectsTable {
+  id: string;
+  org_id: string;
+  name: string;
+  is_default: number;
+  resource_pins: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  org_id: string;
+  user_id: string;
+  name: string;
+  environment: string;
+  prefix: string;
+  hash: string;
+  scopes: string;
+  created_at: string;
+  last_used_at: string | null;
+  expires_at: string | null;
+  revoked_at: string | null;
+}
+
+export interface ActivityEventsTable {
+  id: string;
+  org_id: string;
+  resource_type: string;
+  resource_id: string;
+  event_type: string;
+  severity: string;
+  status: string;
+  title: string;
+  summary: string;
+  actor_user_id: string | null;
+  actor_api_key_id: string | null;
+  thread_id: string | null;
+  agent_run_id: string | null;
+  sandbox_id: string | null;
+  workspace_id: string | null;
+  tool_slug: string | null;
+  installable_agent_install_id: string | null;
+  code_execution_id: string | null;
+  runmesh_node_id: string | null;
+  metadata: string | null;
+  occurred_at: string;
+}
+
+export interface WorkspacesTable {
+  id: string;
+  org_id: string;
+  kind: string;
+  name: string;
+  owner_user_id: string | null;
+  project_id: string | null;
+  created_at: string;
+}
+
+export interface WorkspaceFilesTable {
+  id: string;
+  org_id: string;
+  workspace_id: string;
+  path: string;
+  parent_path: string;
+  name: string;
+  type: string;
+  size: number;
+  mime_type: string;
+  blob_key: string | null;
+  sha256: string | null;
+  created_by_user_id: string | null;
+  created_at: string;
+  mtime: string;
+}
+
+export interface StorageUsageTable {
+  org_id: string;
+  used_bytes: number;
+}
+
+export interface CreditLedgerTable {
+  id: string;
+  org_id: string;
+  kind: string;
+  amount_cents: number;
+  idempotency_key: string;
+  description: string;
+  actor_user_id: string | null;
+  metadata: string | null;
+  created_at: string;
+}
+
+export interface Database {
+  users: UsersTable;
+  organizations: OrganizationsTable;
+  memberships: MembershipsTable;
+  projects: ProjectsTable;
+  api_keys: ApiKeysTable;
+  activity_events: ActivityEventsTable;
+  workspaces: WorkspacesTable;
+  workspace_files: WorkspaceFilesTable;
+  storage_usage: StorageUsageTable;
+  credit_ledger: CreditLedgerTable;
+}

@@ -1,0 +1,2 @@
+export { grantSignupCredits, getBalance } from './service.js';
+export { billingRoutes } from './routes.js';

@@ -1,0 +1,222 @@
+import type { FastifyRequest } from 'fastify';
+import type { Selectable } from 'kysely';
+import type { ApiKeysTable } from '../../database.js';
+import { exec, isOrgAdmin, orgId, withTx, type Ctx, type Deps, type Principal } from '../../platform/context.js';
+import { sha256Hex } from '../../platform/crypto/index.js';
+import { isUniqueViolation } from '../../platform/db/index.js';
+import { errors } from '../../platform/http/errors.js';
+import { decodeCursor, toPage } from '../../platform/http/pagination.js';
+import { base62, nowIso, uuid } from '../../platform/ids.js';
+import { expandScopes, isValidScopePattern, ROLE_SCOPES, type Role, type Scope } from '../../platform/scopes.js';
+import { recordActivity } from '../activity/index.js';
+import type { ApiKey, CreateApiKeyBody } from './schemas.js';
+import { BUILTIN_ISSUER, createTokenVerifier, type VerifiedSubject } from './tokens.js';
+
+const KEY_PATTERN = /^hgr_(live|test)_[0-9A-Za-z]{40}$/;
+const LAST_USED_RESOLUTION_MS = 60_000;
+
+export async function createUser(
+  deps: Deps,
+  input: { email?: string | null; name?: string | null; issuer?: string; subject?: string },
+  trx = deps.db.kysely,
+) {
+  const id = uuid();
+  const row = {
+    id,
+    email: input.email ?? null,
+    name: input.name ?? null,
+    idp_issuer: input.issuer ?? BUILTIN_ISSUER,
+    idp_subject: input.subject ?? id,
+    created_at: nowIso(),
+  };
+  await trx.insertInto('users').values(row).execute();
+  return row;
+}
+
+/** Finds the user behind a verified subject, creating it on first sight. */
+async function userForSubject(deps: Deps, subject: VerifiedSubject) {
+  const db = deps.db.kysely;
+  const find = () =>
+    db
+      .selectFrom('users')
+      .selectAll()
+      .where('idp_issuer', '=', subject.issuer)
+      .where('idp_subject', '=', subject.subject)
+      .executeTakeFirst();
+  const found = await find();
+  if (found || subject.issuer === BUILTIN_ISSUER) return found ?? null;
+  try {
+    return await createUser(deps, { email: subject.email, name: subject.name, issuer: subject.issuer, subject: subject.subject });
+  } catch (err) {
+    if (isUniqueViolation(err)) return (await find()) ?? null;
+    throw err;
+  }
+}
+
+function scopesFor(role: Role, keyScopes?: readonly string[]): Set<Scope> {
+  const granted = ROLE_SCOPES[role];
+  if (!keyScopes) return new Set([...granted, 'org:create']);
+  return new Set([...expandScopes(keyScopes)].filter((s) => granted.has(s)));
+}
+
+/** Builds the request authenticator: API keys by hash, session JWTs by issuer. */
+export function createAuthenticator(deps: Deps) {
+  const verify = createTokenVerifier(deps.config);
+  const db = deps.db.kysely;
+
+  async function byApiKey(secret: string, wantedOrg: string | undefined): Promise<Principal> {
+    if (!KEY_PATTERN.test(secret)) throw errors.unauthenticated('API key is malformed');
+    const row = await db
+      .selectFrom('api_keys as k')
+      .leftJoin('memberships as m', (j) => j.onRef('m.org_id', '=', 'k.org_id').onRef('m.user_id', '=', 'k.user_id'))
+      .select(['k.id', 'k.org_id', 'k.user_id', 'k.scopes', 'k.revoked_at', 'k.expires_at', 'k.last_used_at', 'm.role'])
+      .where('k.hash', '=', sha256Hex(secret))
+      .executeTakeFirst();
+    const now = new Date();
+    if (!row || row.revoked_at || (row.expires_at && new Date(row.expires_at) <= now)) {
+      throw errors.unauthenticated('API key is invalid, expired or revoked');
+    }
+    if (!row.role) throw errors.unauthenticated('the owner of this API key is no longer a member of its organization');
+    if (wantedOrg && wantedOrg !== row.org_id) throw errors.forbidden('this API key belongs to another organization');
+    if (!row.last_used_at || now.getTime() - Date.parse(row.last_used_at) > LAST_USED_RESOLUTION_MS) {
+      db.updateTable('api_keys')
+        .set({ last_used_at: now.toISOString() })
+        .where('id', '=', row.id)
+        .execute()
+        .catch((err) => deps.log.warn({ err }, 'could not record API key use'));
+    }
+    return {
+      kind: 'api_key',
+      userId: row.user_id,
+      orgId: row.org_id,
+      role: row.role as Role,
+      scopes: scopesFor(row.role as Role, JSON.parse(row.scopes)),
+      apiKeyId: row.id,
+    };
+  }
+
+  async function bySession(token: string, wantedOrg: string | undefined): Promise<Principal> {
+    const subject = await verify(token);
+    if (!subject) throw errors.unauthenticated('session token is invalid or expired');
+    const user = await userForSubject(deps, subject);
+    if (!user) throw errors.unauthenticated('session token names an unknown user');
+    let q = db.selectFrom('memberships').select(['org_id', 'role']).where('user_id', '=', user.id);
+    if (wantedOrg) q = q.where('org_id', '=', wantedOrg);
+    const membership = await q.orderBy('created_at').orderBy('org_id').limit(1).executeTakeFirst();
+    if (wantedOrg && !membership) throw errors.notFound('organization', wantedOrg);
+    if (!membership) {
+      return { kind: 'session', userId: user.id, orgId: null, role: null, scopes: new Set<Scope>(['org:create']), apiKeyId: null };
+    }
+    const role = membership.role as Role;
+    return { kind: 'session', userId: user.id, orgId: membership.org_id, role, scopes: scopesFor(role), apiKeyId: null };
+  }
+
+  return async function authenticate(req: FastifyRequest): Promise<Principal> {
+    const header = req.headers['x-api-key'];
+    const authorization = req.headers.authorization;
+    let credential: string | undefined;
+    if (typeof header === 'string' && header.trim()) credential = header.trim();
+    else if (authorization && /^bearer\s+/i.test(authorization)) credential = authorization.replace(/^bearer\s+/i, '').trim();
+    if (!credential) throw errors.unauthenticated();
+    const orgHeader = req.headers['x-org-id'];
+    const wantedOrg = typeof orgHeader === 'string' && orgHeader ? orgHeader : undefined;
+    return credential.startsWith('hgr_') ? byApiKey(credential, wantedOrg) : bySession(credential, wantedOrg);
+  };
+}
+
+function toApiKey(row: Selectable<ApiKeysTable>): ApiKey {
+  return {
+    id: row.id,
+    name: row.name,
+    environment: row.environment as ApiKey['environment'],
+    prefix: row.prefix,
+    scopes: JSON.parse(row.scopes),
+    userId: row.user_id,
+    createdAt: row.created_at,
+    lastUsedAt: row.last_used_at,
+    expiresAt: row.expires_at,
+    revokedAt: row.revoked_at,
+  };
+}
+
+/** Creates an API key for the caller; a key never holds a scope its creator lacks. The secret is returned once. */
+export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<ApiKey & { key: string }> {
+  const org = orgId(ctx);
+  const unknown = input.scopes.filter((s) => !isValidScopePattern(s));
+  if (unknown.length) throw errors.invalidField('scopes', `unknown scope ${unknown.map((s) => `"${s}"`).join(', ')}`);
+  const beyond = [...expandScopes(input.scopes)].filter((s) => !ctx.principal.scopes.has(s));
+  if (beyond.length) throw errors.forbidden(`cannot grant scopes you do not hold: ${beyond.join(', ')}`);
+  if (input.expiresAt && new Date(input.expiresAt) <= new Date()) throw errors.invalidField('expiresAt', 'must be in the future');
+  const secret = `hgr_${input.environment}_${base62(40)}`;
+  const row = {
+    id: uuid(),
+    org_id: org,
+    user_id: ctx.principal.userId,
+    name: input.name,
+    environment: input.environment,
+    prefix: secret.slice(0, 16),
+    hash: sha256Hex(secret),
+    scopes: JSON.stringify(input.scopes),
+    created_at: nowIso(),
+    last_used_at: null,
+    expires_at: input.expiresAt ? new Date(input.expiresAt).toISOString() : null,
+    revoked_at: null,
+  };
+  await withTx(ctx, async (tx) => {
+    await exec(tx).insertInto('api_keys').values(row).execute();
+    await recordActivity(tx, {
+      resourceType: 'api_key',
+      resourceId: row.id,
+      eventType: 'api_key.created',
+      status: 'created',
+      title: `API key "${row.name}" created`,
+      summary: `${row.environment} key ${row.prefix}… with scopes ${input.scopes.join(', ')}`,
+    });
+  });
+  return { ...toApiKey(row), key: secret };
+}
+
+function visibleKeys(ctx: Ctx) {
+  let q = exec(ctx).selectFrom('api_keys').selectAll().where('org_id', '=', orgId(ctx));
+  if (!isOrgAdmin(ctx)) q = q.where('user_id', '=', ctx.principal.userId);
+  return q;
+}
+
+export async function listApiKeys(ctx: Ctx, input: { limit: number; cursor?: string; includeRevoked: boolean }) {
+  let q = visibleKeys(ctx);
+  if (!input.includeRevoked) q = q.where('revoked_at', 'is', null);
+  if (input.cursor) {
+    const [at, id] = decodeCursor(input.cursor, 2) as [string, string];
+    q = q.where((eb) => eb.or([eb('created_at', '<', at), eb.and([eb('created_at', '=', at), eb('id', '<', id)])]));
+  }
+  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(input.limit + 1).execute();
+  const p = toPage(rows, input.limit, (r) => [r.created_at, r.id]);
+  return { items: p.items.map(toApiKey), hasMore: p.hasMore, nextCursor: p.nextCursor };
+}
+
+export async function getApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  const row = await visibleKeys(ctx).where('id', '=', id).executeTakeFirst();
+  if (!row) throw errors.notFound('API key', id);
+  return toApiKey(row);
+}
+
+/** Revokes a key at once; revoking it again changes nothing. */
+export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  return withTx(ctx, async (tx) => {
+    const row = await visibleKeys(tx).where('id', '=', id).executeTakeFirst();
+    if (!row) throw errors.notFound('API key', id);
+    if (row.revoked_at) return toApiKey(row);
+    const revokedAt = nowIso();
+    await exec(tx).updateTable('api_keys').set({ revoked_at: revokedAt }).where('id', '=', id).execute();
+    await recordActivity(tx, {
+      resourceType: 'api_key',
+      resourceId: id,
+      eventType: 'api_key.revoked',
+      status: 'revoked',
+      title: `API key "${row.name}" revoked`,
+      summary: `${row.prefix}… can no longer be used`,
+    });
+    return toApiKey({ ...row, revoked_at: revokedAt });
+  });
+}
+

@@ -1,0 +1,62 @@
+import { z } from 'zod';
+
+export const Organization = z
+  .object({
+    id: z.string(),
+    idpOrgId: z.string().describe('Identifier of the organization at the identity provider'),
+    name: z.string(),
+    slug: z.string(),
+    plan: z.string(),
+    enterprise: z.boolean(),
+    role: z.string().describe('The caller’s role: `admin` or `member`'),
+    orgRole: z.string().describe('Same as `role`'),
+    settings: z.record(z.string(), z.unknown()),
+    createdAt: z.string(),
+    defaultProjectId: z.string(),
+    personalWorkspaceId: z.string().nullable().describe('The caller’s Personal workspace in this organization'),
+  })
+  .meta({ id: 'Organization' });
+export type Organization = z.infer<typeof Organization>;
+
+export const CreateOrganizationBody = z.object({ name: z.string().trim().min(1).max(100) });
+
+export const Project = z
+  .object({
+    id: z.string(),
+    orgId: z.string(),
+    name: z.string(),
+    isDefault: z.boolean(),
+    workspaceId: z.string().nullable(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .meta({ id: 'Project' });
+export type Project = z.infer<typeof Project>;
+
+export const ResourcePins = z
+  .object({
+    projectId: z.string(),
+    items: z.array(z.object({ key: z.string() })),
+    updatedAt: z.string(),
+  })
+  .meta({ id: 'ResourcePins' });
+export type ResourcePins = z.infer<typeof ResourcePins>;
+
+export const ResourcePinsBody = z.object({
+  items: z
+    .array(z.object({ key: z.string().trim().min(1).max(300).describe('e.g. `sandbox:<id>`, `agent:<slug>`, `thread:<id>`') }))
+    .max(200)
+    .refine((items) => new Set(items.map((i) => i.key)).size === items.length, 'keys must be unique'),
+});
+
+export const Me = z
+  .object({
+    user: z.object({ id: z.string(), email: z.string().nullable(), name: z.string().nullable(), createdAt: z.string() }),
+    authType: z.enum(['api_key', 'session']),
+    currentOrganizationId: z.string().nullable(),
+    scopes: z.array(z.string()),
+    organizations: z.array(Organization),
+    defaultProjectId: z.string().nullable(),
+  })
+  .meta({ id: 'Me' });
+export type Me = z.infer<typeof Me>;

@@ -1,0 +1,2 @@
+export { createWorkspace, initStorage, personalWorkspaceId, getWorkspace } from './service.js';
+export { storageRoutes } from './routes.js';

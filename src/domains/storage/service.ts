@@ -1,0 +1,414 @@
+import type { Selectable } from 'kysely';
+import mime from 'mime';
+import type { Readable } from 'node:stream';
+import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
+import { BlobTooLargeError } from '../../platform/blobs/index.js';
+import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { isUniqueViolation } from '../../platform/db/index.js';
+import { errors } from '../../platform/http/errors.js';
+import { base62, nowIso, uuid } from '../../platform/ids.js';
+import { recordActivity } from '../activity/index.js';
+import { ancestorsOf, nameOf, normalizeEntryPath, normalizePath, parentOf } from './paths.js';
+import type { MoveBody, Workspace, WorkspaceFileEntry } from './schemas.js';
+
+const FOLDER_MIME = 'inode/directory';
+
+// ---- workspaces -------------------------------------------------------------------------------
+
+function toWorkspace(row: Selectable<WorkspacesTable>): Workspace {
+  return {
+    id: row.id,
+    orgId: row.org_id,
+    kind: row.kind as Workspace['kind'],
+    name: row.name,
+    ownerUserId: row.owner_user_id,
+    projectId: row.project_id,
+    createdAt: row.created_at,
+  };
+}
+
+/** Creates a workspace inside the caller's transaction (used when organizations and projects are made). */
+export async function createWorkspace(
+  ctx: Ctx,
+  input: { org: string; kind: 'personal' | 'project'; name: string; ownerUserId?: string; projectId?: string },
+): Promise<string> {
+  const id = uuid();
+  await exec(ctx)
+    .insertInto('workspaces')
+    .values({
+      id,
+      org_id: input.org,
+      kind: input.kind,
+      name: input.name,
+      owner_user_id: input.ownerUserId ?? null,
+      project_id: input.projectId ?? null,
+      created_at: nowIso(),
+    })
+    .execute();
+  return id;
+}
+
+/** Starts the organization's storage meter at zero. */
+export async function initStorage(ctx: Ctx, org: string): Promise<void> {
+  await exec(ctx).insertInto('storage_usage').values({ org_id: org, used_bytes: 0 }).execute();
+}
+
+export async function personalWorkspaceId(ctx: Ctx, org: string, userId: string): Promise<string | null> {
+  const row = await exec(ctx)
+    .selectFrom('workspaces')
+    .select('id')
+    .where('org_id', '=', org)
+    .where('kind', '=', 'personal')
+    .where('owner_user_id', '=', userId)
+    .executeTakeFirst();
+  return row?.id ?? null;
+}
+
+/** Workspaces the caller may use: project workspaces of the organization and the caller's own Personal one. */
+function accessibleWorkspaces(ctx: Ctx) {
+  const userId = ctx.principal.userId;
+  return exec(ctx)
+    .selectFrom('workspaces')
+    .selectAll()
+    .where('org_id', '=', orgId(ctx))
+    .where((eb) => eb.or([eb('kind', '=', 'project'), eb('owner_user_id', '=', userId)]));
+}
+
+export async function listWorkspaces(ctx: Ctx): Promise<Workspace[]> {
+  const rows = await accessibleWorkspaces(ctx).orderBy('kind').orderBy('created_at').execute();
+  return rows.map(toWorkspace);
+}
+
+/** A workspace the caller can access, or 404: another organization's or member's workspace is not found. */
+export async function getWorkspace(ctx: Ctx, id: string): Promise<Workspace> {
+  const row = await accessibleWorkspaces(ctx).where('id', '=', id).executeTakeFirst();
+  if (!row) throw errors.notFound('workspace', id);
+  return toWorkspace(row);
+}
+
+export async function canAccessWorkspace(ctx: Ctx, id: string): Promise<boolean> {
+  return Boolean(await accessibleWorkspaces(ctx).where('id', '=', id).executeTakeFirst());
+}
+
+// ---- files ------------------------------------------------------------------------------------
+
+function toEntry(row: Selectable<WorkspaceFilesTable>): WorkspaceFileEntry {
+  return {
+    id: row.id,
+    name: row.name,
+    path: row.path,
+    mimeType: row.mime_type,
+    type: row.type as WorkspaceFileEntry['type'],
+    size: Number(row.size),
+    mtime: row.mtime,
+  };
+}
+
+const findEntry = (ctx: Ctx, workspaceId: string, path: string) =>
+  exec(ctx).selectFrom('workspace_files').selectAll().where('workspace_id', '=', workspaceId).where('path', '=', path).executeTakeFirst();
+
+/** Lists a folder (the root by default): folders first, then files, by name. */
+export async function listFolder(ctx: Ctx, workspaceId: string, rawPath = ''): Promise<WorkspaceFileEntry[]> {
+  await getWorkspace(ctx, workspaceId);
+  const path = normalizePath(rawPath);
+  if (path !== '') {
+    const folder = await findEntry(ctx, workspaceId, path);
+    if (!folder) throw errors.notFound('folder', path);
+    if (folder.type !== 'folder') throw errors.invalidField('path', `"${path}" is a file, not a folder`);
+  }
+  const rows = await exec(ctx)
+    .selectFrom('workspace_files')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('parent_path', '=', path)
+    .orderBy('type', 'desc')
+    .orderBy('name')
+    .execute();
+  return rows.map(toEntry);
+}
+
+/** Inserts missing parent folders of `path`; a file standing where a folder must be is a 409. */
+async function ensureParents(ctx: Ctx, workspaceId: string, path: string, now: string): Promise<void> {
+  for (const dir of ancestorsOf(path)) {
+    const existing = await findEntry(ctx, workspaceId, dir);
+    if (existing) {
+      if (existing.type !== 'folder') throw errors.conflict(`"${dir}" is a file, so "${path}" cannot be created under it`);
+      continue;
+    }
+    await exec(ctx)
+      .insertInto('workspace_files')
+      .values(folderRow(orgId(ctx), workspaceId, dir, ctx.principal.userId, now))
+      .execute();
+  }
+}
+
+function folderRow(org: string, workspaceId: string, path: string, userId: string, now: string) {
+  return {
+    id: uuid(),
+    org_id: org,
+    workspace_id: workspaceId,
+    path,
+    parent_path: parentOf(path),
+    name: nameOf(path),
+    type: 'folder',
+    size: 0,
+    mime_type: FOLDER_MIME,
+    blob_key: null,
+    sha256: null,
+    created_by_user_id: userId,
+    created_at: now,
+    mtime: now,
+  };
+}
+
+/** Moves the organization's storage meter by `delta` bytes; refuses to pass the quota. */
+async function chargeStorage(ctx: Ctx, delta: number): Promise<void> {
+  if (delta === 0) return;
+  const quota = ctx.deps.config.storageQuotaBytes;
+  let q = exec(ctx)
+    .updateTable('storage_usage')
+    .set((eb) => ({ used_bytes: eb('used_bytes', '+', delta) }))
+    .where('org_id', '=', orgId(ctx));
+  if (delta > 0) q = q.where((eb) => eb(eb('used_bytes', '+', delta), '<=', quota));
+  const result = await q.executeTakeFirst();
+  if (Number(result.numUpdatedRows) === 0) {
+    throw errors.quotaExceeded(`storage quota of ${quota} bytes for this organization would be exceeded; delete files or raise HANGAR_STORAGE_QUOTA_BYTES`);
+  }
+}
+
+export async function storageUsage(ctx: Ctx) {
+  const row = await exec(ctx).selectFrom('storage_usage').select('used_bytes').where('org_id', '=', orgId(ctx)).executeTakeFirst();
+  return { usedBytes: Number(row?.used_bytes ?? 0), quotaBytes: ctx.deps.config.storageQuotaBytes };
+}
+
+function mimeFor(path: string, declared: string | undefined): string {
+  const type = declared?.split(';')[0]?.trim().toLowerCase();
+  if (type && type !== 'application/octet-stream' && type !== 'application/x-www-form-urlencoded' && /^[\w.+-]+\/[\w.+-]+$/.test(type)) {
+    return type;
+  }
+  return mime.getType(path) ?? 'application/octet-stream';
+}
+
+/**
+ * Writes a file: the bytes go to a new blob first (atomically), then one transaction creates parent
+ * folders, records the entry, charges the quota and the activity. A failure leaves nothing behind.
+ */
+export async function writeFile(
+  ctx: Ctx,
+  workspaceId: string,
+  rawPath: string,
+  body: Readable | Buffer,
+  opts: { contentType?: string; contentLength?: number } = {},
+): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
+  const org = orgId(ctx);
+  await getWorkspace(ctx, workspaceId);
+  const path = normalizeEntryPath(rawPath);
+  const { uploadLimitBytes, storageQuotaBytes } = ctx.deps.config;
+  if (opts.contentLength !== undefined && opts.contentLength > uploadLimitBytes) {
+    throw errors.tooLarge(`file is larger than the upload limit of ${uploadLimitBytes} bytes`);
+  }
+  if (opts.contentLength !== undefined && opts.contentLength > storageQuotaBytes) {
+    throw errors.quotaExceeded(`file is larger than the storage quota of ${storageQuotaBytes} bytes`);
+  }
+  const blobKey = `orgs/${org}/${workspaceId}/${uuid()}-${base62(6)}`;
+  let put;
+  try {
+    put = await ctx.deps.blobs.put(blobKey, body, { maxBytes: uploadLimitBytes });
+  } catch (err) {
+    if (err instanceof BlobTooLargeError) throw errors.tooLarge(`file is larger than the upload limit of ${uploadLimitBytes} bytes`);
+    throw err;
+  }
+  let oldBlob: string | null = null;
+  try {
+    const result = await withTx(ctx, async (tx) => {
+      const now = nowIso();
+      const existing = await findEntry(tx, workspaceId, path);
+      if (existing?.type === 'folder') throw errors.conflict(`"${path}" is a folder`);
+      await ensureParents(tx, workspaceId, path, now);
+      await chargeStorage(tx, put.size - Number(existing?.size ?? 0));
+      const mimeType = mimeFor(path, opts.contentType);
+      let id: string;
+      if (existing) {
+        id = existing.id;
+        oldBlob = existing.blob_key;
+        await exec(tx)
+          .updateTable('workspace_files')
+          .set({ size: put.size, mime_type: mimeType, blob_key: blobKey, sha256: put.sha256, mtime: now })
+          .where('id', '=', id)
+          .execute();
+      } else {
+        id = uuid();
+        await exec(tx)
+          .insertInto('workspace_files')
+          .values({
+            id,
+            org_id: org,
+            workspace_id: workspaceId,
+            path,
+            parent_path: parentOf(path),
+            name: nameOf(path),
+            type: 'file',
+            size: put.size,
+            mime_type: mimeType,
+            blob_key: blobKey,
+            sha256: put.sha256,
+            created_by_user_id: tx.principal.userId,
+            created_at: now,
+            mtime: now,
+          })
+          .execute();
+      }
+      await recordActivity(tx, {
+        resourceType: 'workspace',
+        resourceId: workspaceId,
+        workspaceId,
+        eventType: existing ? 'workspace.file.updated' : 'workspace.file.added',
+        status: existing ? 'updated' : 'added',
+        title: `${existing ? 'Updated' : 'Added'} ${path}`,
+        summary: `${put.size} bytes, ${mimeType}`,
+        metadata: { path, size: put.size },
+      });
+      const entry: WorkspaceFileEntry = { id, name: nameOf(path), path, mimeType, type: 'file', size: put.size, mtime: now };
+      return { entry, created: !existing };
+    });
+    if (oldBlob) await ctx.deps.blobs.delete(oldBlob).catch(() => undefined);
+    return result;
+  } catch (err) {
+    await ctx.deps.blobs.delete(blobKey).catch(() => undefined);
+    if (isUniqueViolation(err)) throw errors.conflict(`"${path}" was written by another request at the same time; retry`);
+    throw err;
+  }
+}
+
+export async function makeFolder(ctx: Ctx, workspaceId: string, rawPath: string): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
+  await getWorkspace(ctx, workspaceId);
+  const path = normalizeEntryPath(rawPath);
+  try {
+    return await withTx(ctx, async (tx) => {
+      const existing = await findEntry(tx, workspaceId, path);
+      if (existing) {
+        if (existing.type !== 'folder') throw errors.conflict(`"${path}" is a file`);
+        return { entry: toEntry(existing), created: false };
+      }
+      const now = nowIso();
+      await ensureParents(tx, workspaceId, path, now);
+      const row = folderRow(orgId(tx), workspaceId, path, tx.principal.userId, now);
+      await exec(tx).insertInto('workspace_files').values(row).execute();
+      await recordActivity(tx, {
+        resourceType: 'workspace',
+        resourceId: workspaceId,
+        workspaceId,
+        eventType: 'workspace.folder.created',
+        status: 'added',
+        title: `Created folder ${path}`,
+        metadata: { path },
+      });
+      return { entry: toEntry(row), created: true };
+    });
+  } catch (err) {
+    if (isUniqueViolation(err)) throw errors.conflict(`"${path}" was created by another request at the same time; retry`);
+    throw err;
+  }
+}
+
+/** The entry and everything below it. */
+function subtree(ctx: Ctx, workspaceId: string, path: string) {
+  return exec(ctx)
+    .selectFrom('workspace_files')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where((eb) => eb.or([eb('path', '=', path), eb(eb.fn('substr', ['path', eb.val(1), eb.val(path.length + 1)]), '=', `${path}/`)]));
+}
+
+export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody): Promise<WorkspaceFileEntry> {
+  await getWorkspace(ctx, workspaceId);
+  const from = normalizeEntryPath(input.from, 'from');
+  const to = normalizeEntryPath(input.to, 'to');
+  if (from === to) throw errors.invalidField('to', 'is the same as from');
+  if (to.startsWith(`${from}/`)) throw errors.invalidField('to', 'cannot move a folder into itself');
+  let replacedBlob: string | null = null;
+  const entry = await withTx(ctx, async (tx) => {
+    const source = await findEntry(tx, workspaceId, from);
+    if (!source) throw errors.notFound('file', from);
+    const target = await findEntry(tx, workspaceId, to);
+    if (target) {
+      if (target.type === 'folder' || source.type === 'folder') throw errors.conflict(`"${to}" already exists`);
+      if (!input.overwrite) throw errors.conflict(`"${to}" already exists; pass overwrite: true to replace it`);
+      await exec(tx).deleteFrom('workspace_files').where('id', '=', target.id).execute();
+      await chargeStorage(tx, -Number(target.size));
+      replacedBlob = target.blob_key;
+    }
+    const now = nowIso();
+    await ensureParents(tx, workspaceId, to, now);
+    const rows = await subtree(tx, workspaceId, from).execute();
+    for (const row of rows) {
+      const newPath = to + row.path.slice(from.length);
+      await exec(tx)
+        .updateTable('workspace_files')
+        .set({ path: newPath, parent_path: parentOf(newPath), name: nameOf(newPath), ...(row.id === source.id ? { mtime: now } : {}) })
+        .where('id', '=', row.id)
+        .execute();
+    }
+    await recordActivity(tx, {
+      resourceType: 'workspace',
+      resourceId: workspaceId,
+      workspaceId,
+      eventType: 'workspace.file.moved',
+      status: 'moved',
+      title: `Moved ${from} to ${to}`,
+      metadata: { from, to, entries: rows.length },
+    });
+    return toEntry({ ...source, path: to, parent_path: parentOf(to), name: nameOf(to), mtime: now });
+  });
+  if (replacedBlob) await ctx.deps.blobs.delete(replacedBlob).catch(() => undefined);
+  return entry;
+}
+
+export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string, recursive: boolean) {
+  await getWorkspace(ctx, workspaceId);
+  const path = normalizeEntryPath(rawPath);
+  const { rows, bytes } = await withTx(ctx, async (tx) => {
+    const entry = await findEntry(tx, workspaceId, path);
+    if (!entry) throw errors.notFound('file', path);
+    const rows = await subtree(tx, workspaceId, path).execute();
+    if (entry.type === 'folder' && rows.length > 1 && !recursive) {
+      throw errors.conflict(`folder "${path}" is not empty; pass recursive=true to delete it with its contents`);
+    }
+    const bytes = rows.reduce((n, r) => n + Number(r.size), 0);
+    await exec(tx)
+      .deleteFrom('workspace_files')
+      .where('id', 'in', rows.map((r) => r.id))
+      .execute();
+    await chargeStorage(tx, -bytes);
+    await recordActivity(tx, {
+      resourceType: 'workspace',
+      resourceId: workspaceId,
+      workspaceId,
+      eventType: entry.type === 'folder' ? 'workspace.folder.deleted' : 'workspace.file.deleted',
+      status: 'deleted',
+      title: `Deleted ${path}`,
+      summary: rows.length > 1 ? `${rows.length} entries, ${bytes} bytes` : `${bytes} bytes`,
+      metadata: { path, entries: rows.length, bytes },
+    });
+    return { rows, bytes };
+  });
+  await Promise.all(rows.filter((r) => r.blob_key).map((r) => ctx.deps.blobs.delete(r.blob_key!).catch(() => undefined)));
+  return { deleted: true as const, path, entries: rows.length, bytes };
+}
+
+/** A file's metadata and a way to read its bytes (whole or a range). */
+export async function openFile(ctx: Ctx, workspaceId: string, rawPath: string) {
+  await getWorkspace(ctx, workspaceId);
+  const path = normalizeEntryPath(rawPath);
+  const row = await findEntry(ctx, workspaceId, path);
+  if (!row) throw errors.notFound('file', path);
+  if (row.type !== 'file' || !row.blob_key) {
+    throw errors.invalidField('path', `"${path}" is a folder; list it with GET /v1/workspaces/${workspaceId}/files?path=${encodeURIComponent(path)}`);
+  }
+  const blobKey = row.blob_key;
+  return {
+    entry: toEntry(row),
+    sha256: row.sha256,
+    read: (range?: { start: number; end: number }) => ctx.deps.blobs.get(blobKey, range),
+  };
+}

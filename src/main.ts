@@ -1,0 +1,177 @@
+import { parseArgs } from 'node:util';
+import { buildApp, closeDeps, createDeps } from './app.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { createApiKey, createUser, issueSessionToken } from './domains/identity/index.js';
+import { createOrganization } from './domains/organizations/index.js';
+import { systemCtx, type Deps } from './platform/context.js';
+import { AppError } from './platform/http/errors.js';
+import { ROLE_SCOPES, type Role } from './platform/scopes.js';
+
+const USAGE = `Usage: hangar <command> [options]
+
+Commands:
+  serve [--service orchestrator,auth,tools,billing,storage]   run the API (all services by default)
+  init [--json] [--email E] [--name N] [--org NAME]            first user, organization and admin API key
+  migrate                                                      apply database migrations
+  keys create --scopes S1,S2 [--name N] [--org ID] [--user ID] [--env live|test] [--json]
+  token --user ID [--ttl SECONDS]                              a session token from the built-in issuer
+
+Configuration comes from the environment: see README.md.`;
+
+class CliError extends Error {}
+
+async function withDeps<T>(config: Config, fn: (deps: Deps) => Promise<T>): Promise<T> {
+  const deps = await openDeps(config);
+  try {
+    return await fn(deps);
+  } finally {
+    await closeDeps(deps);
+  }
+}
+
+async function openDeps(config: Config): Promise<Deps> {
+  try {
+    return await createDeps(config);
+  } catch (err) {
+    const setting = config.database.kind === 'postgres' ? 'DATABASE_URL' : 'HANGAR_DATA_DIR';
+    throw new CliError(`cannot open the database (${setting}): ${(err as Error).message}`);
+  }
+}
+
+async function serve(config: Config) {
+  const deps = await openDeps(config);
+  const app = await buildApp(deps);
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    await closeDeps(deps);
+    throw new CliError(`cannot listen on ${config.host}:${config.port} (HOST/PORT): ${(err as Error).message}`);
+  }
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  console.log(`Hangar listening on http://${config.host}:${port} (services: ${config.services.join(', ')}; database: ${config.database.kind})`);
+  console.log(`API reference: http://${config.host}:${port}/v1/docs`);
+  const stop = async () => {
+    await app.close();
+    await closeDeps(deps);
+    process.exit(0);
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+async function init(config: Config, opts: { json: boolean; email?: string; name?: string; org?: string }) {
+  await withDeps(config, async (deps) => {
+    const existing = await deps.db.kysely.selectFrom('users').select('id').limit(1).executeTakeFirst();
+    if (existing) {
+      throw new CliError('already initialized: this database has users. Nothing was changed. Use `hangar keys create` for another key.');
+    }
+    const result = await deps.db.kysely.transaction().execute(async (trx) => {
+      const user = await createUser(deps, { email: opts.email ?? null, name: opts.name ?? 'Admin' }, trx);
+      const base = { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null };
+      const org = await createOrganization({ ...systemCtx(deps, base), trx }, { name: opts.org ?? 'My Organization' });
+      const ctx = { ...systemCtx(deps, { ...base, orgId: org.id, role: 'admin' as Role, scopes: ROLE_SCOPES.admin }), trx };
+      const key = await createApiKey(ctx, { name: 'admin (hangar init)', scopes: ['*'], environment: 'live' });
+      return { userId: user.id, orgId: org.id, apiKey: key.key, projectId: org.defaultProjectId, workspaceId: org.personalWorkspaceId! };
+    });
+    if (opts.json) console.log(JSON.stringify(result));
+    else {
+      console.log(`Created user          ${result.userId}`);
+      console.log(`Created organization  ${result.orgId}`);
+      console.log(`Default project       ${result.projectId}`);
+      console.log(`Personal workspace    ${result.workspaceId}`);
+      console.log(`Admin API key         ${result.apiKey}`);
+      console.log('\nThe key is shown once. Try: curl -H "X-API-Key: <key>" http://127.0.0.1:8080/v1/me');
+    }
+  });
+}
+
+async function keysCreate(config: Config, opts: { scopes?: string; name?: string; org?: string; user?: string; env?: string; json: boolean }) {
+  if (!opts.scopes) throw new CliError('keys create needs --scopes (comma-separated, e.g. agent:read,agent:run or *)');
+  if (opts.env && opts.env !== 'live' && opts.env !== 'test') throw new CliError('--env must be live or test');
+  await withDeps(config, async (deps) => {
+    const db = deps.db.kysely;
+    let q = db.selectFrom('memberships').select(['org_id', 'user_id', 'role']).orderBy('created_at');
+    if (opts.org) q = q.where('org_id', '=', opts.org);
+    if (opts.user) q = q.where('user_id', '=', opts.user);
+    else q = q.where('role', '=', 'admin');
+    const m = await q.executeTakeFirst();
+    if (!m) throw new CliError(opts.org || opts.user ? 'no such membership (--org/--user)' : 'no organization yet: run `hangar init` first');
+    const role = m.role as Role;
+    const ctx = systemCtx(deps, { userId: m.user_id, orgId: m.org_id, role, scopes: ROLE_SCOPES[role], apiKeyId: null });
+    const key = await createApiKey(ctx, {
+      name: opts.name ?? 'created by hangar keys create',
+      scopes: opts.scopes!.split(',').map((s) => s.trim()).filter(Boolean),
+      environment: (opts.env as 'live' | 'test') ?? 'live',
+    });
+    if (opts.json) console.log(JSON.stringify({ id: key.id, orgId: m.org_id, userId: m.user_id, apiKey: key.key, scopes: key.scopes }));
+    else console.log(key.key);
+  });
+}
+
+async function token(config: Config, opts: { user?: string; ttl?: string }) {
+  if (!opts.user) throw new CliError('token needs --user <user id>');
+  const ttl = opts.ttl ? Number(opts.ttl) : undefined;
+  if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 60)) throw new CliError('--ttl must be a whole number of seconds, at least 60');
+  await withDeps(config, async (deps) => {
+    const user = await deps.db.kysely.selectFrom('users').select(['id', 'idp_issuer']).where('id', '=', opts.user!).executeTakeFirst();
+    if (!user) throw new CliError(`no user ${opts.user}`);
+    console.log(await issueSessionToken(config, user.id, ttl));
+  });
+}
+
+async function main(argv: string[]) {
+  const [command, ...rest] = argv;
+  const sub = command === 'keys' ? rest.shift() : undefined;
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      service: { type: 'string' },
+      json: { type: 'boolean', default: false },
+      email: { type: 'string' },
+      name: { type: 'string' },
+      org: { type: 'string' },
+      user: { type: 'string' },
+      scopes: { type: 'string' },
+      env: { type: 'string' },
+      ttl: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    strict: true,
+  });
+  if (!command || values.help || command === 'help') {
+    console.log(USAGE);
+    return;
+  }
+  const config = loadConfig(process.env, { services: values.service });
+  switch (command) {
+    case 'serve':
+      return serve(config);
+    case 'init':
+      return init(config, { json: values.json!, email: values.email, name: values.name, org: values.org });
+    case 'migrate':
+      await withDeps(config, async () => undefined);
+      console.log('database is up to date');
+      return;
+    case 'keys':
+      if (sub !== 'create') throw new CliError('usage: hangar keys create --scopes S1,S2 [--name N] [--org ID] [--user ID] [--env live|test] [--json]');
+      return keysCreate(config, { ...values, json: values.json! });
+    case 'token':
+      return token(config, values);
+    default:
+      throw new CliError(`unknown command "${command}"\n\n${USAGE}`);
+  }
+}
+
+main(process.argv.slice(2)).catch((err) => {
+  if (err instanceof ConfigError || err instanceof CliError || err instanceof AppError) {
+    console.error(`hangar: ${err.message}`);
+    process.exit(2);
+  }
+  if ((err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+    console.error(`hangar: ${(err as Error).message}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  console.error(err);
+  process.exit(1);
+});

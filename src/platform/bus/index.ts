@@ -1,0 +1,81 @@
+import { EventEmitter } from 'node:events';
+import { Redis } from 'ioredis';
+
+export type BusHandler = (message: unknown) => void;
+
+/** Fan-out of live messages: in-process for one replica, Redis pub/sub across replicas. */
+export interface Bus {
+  publish(channel: string, message: unknown): Promise<void>;
+  /** Resolves once the subscription is active; the returned function unsubscribes. */
+  subscribe(channel: string, handler: BusHandler): Promise<() => Promise<void>>;
+  close(): Promise<void>;
+}
+
+export class MemoryBus implements Bus {
+  private readonly emitter = new EventEmitter().setMaxListeners(0);
+
+  async publish(channel: string, message: unknown): Promise<void> {
+    // Deliver a copy, as Redis would, so subscribers never share mutable state with the publisher.
+    this.emitter.emit(channel, JSON.parse(JSON.stringify(message)));
+  }
+
+  async subscribe(channel: string, handler: BusHandler) {
+    this.emitter.on(channel, handler);
+    return async () => {
+      this.emitter.off(channel, handler);
+    };
+  }
+
+  async close(): Promise<void> {
+    this.emitter.removeAllListeners();
+  }
+}
+
+export class RedisBus implements Bus {
+  private readonly pub: Redis;
+  private readonly sub: Redis;
+  private readonly handlers = new Map<string, Set<BusHandler>>();
+
+  constructor(url: string, private readonly prefix = 'hangar:') {
+    this.pub = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
+    this.sub = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
+    this.sub.on('message', (channel: string, raw: string) => {
+      const set = this.handlers.get(channel.slice(this.prefix.length));
+      if (!set) return;
+      const message = JSON.parse(raw);
+      for (const h of set) h(message);
+    });
+  }
+
+  async publish(channel: string, message: unknown): Promise<void> {
+    await this.pub.publish(this.prefix + channel, JSON.stringify(message));
+  }
+
+  async subscribe(channel: string, handler: BusHandler) {
+    let set = this.handlers.get(channel);
+    if (!set) {
+      set = new Set();
+      this.handlers.set(channel, set);
+      await this.sub.subscribe(this.prefix + channel);
+    }
+    set.add(handler);
+    return async () => {
+      const current = this.handlers.get(channel);
+      if (!current) return;
+      current.delete(handler);
+      if (current.size === 0) {
+        this.handlers.delete(channel);
+        await this.sub.unsubscribe(this.prefix + channel);
+      }
+    };
+  }
+
+  async close(): Promise<void> {
+    this.handlers.clear();
+    await Promise.allSettled([this.pub.quit(), this.sub.quit()]);
+  }
+}
+
+export function createBus(redisUrl: string | undefined, prefix?: string): Bus {
+  return redisUrl ? new RedisBus(redisUrl, prefix) : new MemoryBus();
+}

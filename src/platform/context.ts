@@ -1,0 +1,73 @@
+import type { Transaction } from 'kysely';
+import type { Logger } from 'pino';
+import type { Config } from '../config.js';
+import type { Database } from '../database.js';
+import type { BlobStore } from './blobs/index.js';
+import type { Bus } from './bus/index.js';
+import type { Db, Executor } from './db/index.js';
+import { errors } from './http/errors.js';
+import type { Role, Scope } from './scopes.js';
+
+/** Long-lived collaborators, built once at start-up and shared by every request. */
+export interface Deps {
+  config: Config;
+  db: Db;
+  blobs: BlobStore;
+  bus: Bus;
+  log: Logger;
+}
+
+/** Who is calling. An API key acts for the user who created it, within that key's organization. */
+export interface Principal {
+  kind: 'api_key' | 'session' | 'system';
+  userId: string;
+  orgId: string | null;
+  role: Role | null;
+  scopes: ReadonlySet<Scope>;
+  apiKeyId: string | null;
+}
+
+/** What every service verb receives: collaborators, caller, request id and, inside withTx, the transaction. */
+export interface Ctx {
+  deps: Deps;
+  requestId: string;
+  principal: Principal;
+  trx?: Transaction<Database>;
+}
+
+export const exec = (ctx: Ctx): Executor => ctx.trx ?? ctx.deps.db.kysely;
+
+/** Runs `fn` in a transaction, reusing the caller's when there is one. */
+export async function withTx<T>(ctx: Ctx, fn: (ctx: Ctx) => Promise<T>): Promise<T> {
+  if (ctx.trx) return fn(ctx);
+  return ctx.deps.db.kysely.transaction().execute((trx) => fn({ ...ctx, trx }));
+}
+
+/** The caller's organization; a session without one may only create an organization. */
+export function orgId(ctx: Ctx): string {
+  if (!ctx.principal.orgId) throw errors.forbidden('this request needs an organization: create one with POST /v1/organizations');
+  return ctx.principal.orgId;
+}
+
+export const hasScope = (ctx: Ctx, scope: Scope): boolean => ctx.principal.scopes.has(scope);
+
+export function requireScope(ctx: Ctx, scope: Scope): void {
+  if (!hasScope(ctx, scope)) throw errors.missingScope(scope);
+}
+
+/** Organization admins hold `org:admin` (role admin, or a key granted it). */
+export const isOrgAdmin = (ctx: Ctx): boolean => hasScope(ctx, 'org:admin');
+
+export function requireOrgAdmin(ctx: Ctx): void {
+  if (!isOrgAdmin(ctx)) throw errors.forbidden('organization admin access is required');
+}
+
+/** Credential admins manage OAuth provider configs and organization credentials. */
+export function requireCredentialAdmin(ctx: Ctx): void {
+  if (!hasScope(ctx, 'credentials:admin')) throw errors.forbidden('credential admin access is required');
+}
+
+/** A context for work not started by a request (CLI, start-up jobs). */
+export function systemCtx(deps: Deps, principal: Omit<Principal, 'kind'> & { kind?: Principal['kind'] }): Ctx {
+  return { deps, requestId: `sys_${Date.now().toString(36)}`, principal: { kind: 'system', ...principal } };
+}

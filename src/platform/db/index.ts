@@ -1,0 +1,56 @@
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import SQLite from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect, type Transaction } from 'kysely';
+import pg from 'pg';
+import type { Config } from '../../config.js';
+import type { Database } from '../../database.js';
+
+// int8 (count, bigint columns) and numeric (sum) come back as strings from pg; our values fit in a double.
+pg.types.setTypeParser(20, (v) => Number(v));
+pg.types.setTypeParser(1700, (v) => Number(v));
+
+export type Dialect = 'sqlite' | 'postgres';
+export type Executor = Kysely<Database> | Transaction<Database>;
+
+export interface Db {
+  readonly kysely: Kysely<Database>;
+  readonly dialect: Dialect;
+  close(): Promise<void>;
+}
+
+/** Opens the configured database: SQLite (WAL) by default, PostgreSQL when DATABASE_URL is set. */
+export async function openDb(database: Config['database']): Promise<Db> {
+  if (database.kind === 'sqlite') {
+    if (database.file !== ':memory:') mkdirSync(path.dirname(path.resolve(database.file)), { recursive: true });
+    const sqlite = new SQLite(database.file);
+    sqlite.pragma('journal_mode = WAL');
+    sqlite.pragma('synchronous = NORMAL');
+    sqlite.pragma('foreign_keys = ON');
+    sqlite.pragma('busy_timeout = 5000');
+    const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+    return { kysely, dialect: 'sqlite', close: () => kysely.destroy() };
+  }
+  if (database.schema) {
+    const client = new pg.Client({ connectionString: database.url });
+    await client.connect();
+    try {
+      await client.query(`CREATE SCHEMA IF NOT EXISTS "${database.schema}"`);
+    } finally {
+      await client.end();
+    }
+  }
+  const pool = new pg.Pool({
+    connectionString: database.url,
+    max: 10,
+    ...(database.schema ? { options: `-c search_path="${database.schema}"` } : {}),
+  });
+  const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return { kysely, dialect: 'postgres', close: () => kysely.destroy() };
+}
+
+/** True when a driver error is a unique-constraint violation, on either dialect. */
+export function isUniqueViolation(err: unknown): boolean {
+  const code = (err as { code?: string } | null)?.code;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}

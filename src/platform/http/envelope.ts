@@ -1,0 +1,47 @@
+import type { FastifyRequest } from 'fastify';
+import { z } from 'zod';
+
+export interface Meta {
+  requestId: string;
+  hasMore?: boolean;
+  nextCursor?: string | null;
+}
+
+/** `{ data, meta: { requestId } }`, the success envelope. */
+export function ok<T>(req: FastifyRequest, data: T): { data: T; meta: Meta } {
+  return { data, meta: { requestId: req.id } };
+}
+
+/** A list page: `{ data, meta: { requestId, hasMore, nextCursor } }`. */
+export function page<T>(req: FastifyRequest, data: T, p: { hasMore: boolean; nextCursor: string | null }) {
+  return { data, meta: { requestId: req.id, hasMore: p.hasMore, nextCursor: p.nextCursor } };
+}
+
+export const MetaSchema = z.object({ requestId: z.string() });
+export const PageMetaSchema = z.object({ requestId: z.string(), hasMore: z.boolean(), nextCursor: z.string().nullable() });
+
+export const envelope = <T extends z.ZodType>(data: T) => z.object({ data, meta: MetaSchema });
+export const pageEnvelope = <T extends z.ZodType>(data: T) => z.object({ data, meta: PageMetaSchema });
+
+export const ErrorBody = z
+  .object({
+    error: z.object({
+      code: z.string(),
+      message: z.string(),
+      requestId: z.string().optional(),
+      issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+    }),
+  })
+  .meta({ id: 'Error' });
+
+/** Every error status a route may answer, spread into its response schema. */
+export const errorResponses = {
+  400: ErrorBody,
+  401: ErrorBody,
+  403: ErrorBody,
+  404: ErrorBody,
+  409: ErrorBody,
+  413: ErrorBody,
+  429: ErrorBody,
+  500: ErrorBody,
+} as const;

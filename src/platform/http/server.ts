@@ -1,0 +1,174 @@
+import fastifySwagger from '@fastify/swagger';
+import fastifySwaggerUi from '@fastify/swagger-ui';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import {
+  hasZodFastifySchemaValidationErrors,
+  jsonSchemaTransform,
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import FindMyWay from 'find-my-way';
+import type { Logger } from 'pino';
+import type { Ctx, Deps, Principal } from '../context.js';
+import { base62 } from '../ids.js';
+import type { Scope } from '../scopes.js';
+import { AppError, type FieldIssue } from './errors.js';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** `none`: public route. Default: a credential is required. */
+    auth?: 'none';
+    /** Scope the caller must hold. */
+    scope?: Scope;
+    /** Let a session with no organization through (profile, create organization). */
+    allowNoOrg?: boolean;
+  }
+  interface FastifyRequest {
+    ctx: Ctx;
+  }
+}
+
+export type App = FastifyInstance<any, any, any, Logger, ZodTypeProvider>;
+export type Authenticate = (req: FastifyRequest) => Promise<Principal>;
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+
+function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
+  if (err.headers) reply.headers(err.headers);
+  const body: { code: string; message: string; requestId: string; issues?: FieldIssue[] } = {
+    code: err.code,
+    message: err.message,
+    requestId: req.id,
+  };
+  if (err.details?.issues) body.issues = err.details.issues;
+  return reply.status(err.status).type('application/json').serializer(JSON.stringify).send({ error: body });
+}
+
+/** Maps anything thrown in a route to the one error envelope. */
+export function toAppError(err: FastifyError | Error): AppError {
+  if (err instanceof AppError) return err;
+  const fe = err as FastifyError;
+  if (hasZodFastifySchemaValidationErrors(fe)) {
+    const where = fe.validationContext ?? 'request';
+    const issues = fe.validation.map((v) => ({
+      path: `${where}${v.instancePath === '/' ? '' : v.instancePath.replaceAll('/', '.')}`,
+      message: v.message ?? 'is invalid',
+    }));
+    return new AppError('invalid_request', issues.map((i) => `${i.path}: ${i.message}`).join('; '), { issues });
+  }
+  switch (fe.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AppError('payload_too_large', 'request body is larger than this server accepts');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new AppError('unsupported_media_type', `unsupported Content-Type; send application/json`);
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new AppError('invalid_request', 'body: a JSON body is required when Content-Type is application/json');
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new AppError('invalid_request', 'body: is not valid JSON');
+  }
+  if (fe.statusCode === 400 && err instanceof SyntaxError) return new AppError('invalid_request', 'body: is not valid JSON');
+  if (fe.statusCode === 413) return new AppError('payload_too_large', fe.message);
+  if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return new AppError(fe.statusCode === 404 ? 'not_found' : 'invalid_request', fe.message);
+  }
+  return new AppError('internal', 'internal error; the request id identifies it in the server log');
+}
+
+/**
+ * The HTTP shell every service shares: zod validation, request ids, the error envelope, 404/405,
+ * `X-API-Version`, credentials on every route unless it says `auth: 'none'`, and OpenAPI.
+ */
+export async function createServer(deps: Deps, authenticate: Authenticate): Promise<App> {
+  const { config } = deps;
+  const app = Fastify({
+    loggerInstance: deps.log,
+    bodyLimit: config.bodyLimitBytes,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : `req_${base62(20)}`;
+    },
+    logController: new LogController({
+      requestIdLogLabel: 'requestId',
+      disableRequestLogging: config.logLevel !== 'debug' && config.logLevel !== 'trace',
+    }),
+    routerOptions: { ignoreTrailingSlash: true },
+    forceCloseConnections: true,
+  }).withTypeProvider<ZodTypeProvider>();
+
+  app.setValidatorCompiler(validatorCompiler);
+  // Response schemas document the API; validating every response costs time, so it is on in tests only.
+  app.setSerializerCompiler(config.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
+
+  // Mirror of the route table to tell 405 from 404.
+  const routes = FindMyWay();
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const m of methods) {
+      if (!(METHODS as readonly string[]).includes(m)) continue;
+      try {
+        routes.on(m as (typeof METHODS)[number], route.url, () => undefined);
+      } catch {
+        // the same method and path registered twice under different constraints
+      }
+    }
+  });
+
+  app.decorateRequest('ctx', null as unknown as Ctx);
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+    if (req.url.startsWith('/v1')) reply.header('x-api-version', 'v1');
+    if (req.is404 || req.routeOptions.config.auth === 'none' || req.routeOptions.url?.startsWith('/v1/docs')) return;
+    const principal = await authenticate(req);
+    if (!principal.orgId && !req.routeOptions.config.allowNoOrg) {
+      throw new AppError('forbidden', 'this request needs an organization: create one with POST /v1/organizations');
+    }
+    const scope = req.routeOptions.config.scope;
+    if (scope && !principal.scopes.has(scope)) throw new AppError('forbidden', `this credential lacks the "${scope}" scope`);
+    req.ctx = { deps, requestId: req.id, principal };
+  });
+
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const appError = toAppError(err);
+    if (appError.status >= 500) req.log.error({ err }, 'request failed');
+    return sendError(req, reply, appError);
+  });
+
+  app.setNotFoundHandler((req, reply) => {
+    const pathOnly = req.url.split('?')[0]!;
+    const allowed = METHODS.filter((m) => m !== req.method && routes.find(m, pathOnly));
+    if (allowed.length > 0) {
+      reply.header('allow', allowed.join(', '));
+      return sendError(req, reply, new AppError('method_not_allowed', `${req.method} is not allowed on ${pathOnly}; use ${allowed.join(', ')}`));
+    }
+    return sendError(req, reply, new AppError('not_found', `no route ${req.method} ${pathOnly}`));
+  });
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Hangar API',
+        version: 'v1',
+        description:
+          'Self-hostable cloud platform for AI agents. Authenticate with `X-API-Key: hgr_live_...` or `Authorization: Bearer <API key or session token>`.',
+      },
+      servers: [{ url: config.urls.orchestrator }],
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' },
+          bearer: { type: 'http', scheme: 'bearer' },
+        },
+      },
+      security: [{ apiKey: [] }, { bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(fastifySwaggerUi, { routePrefix: '/v1/docs', uiConfig: { deepLinking: true }, staticCSP: false });
+  app.get('/v1/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
+  app.get('/healthz', { config: { auth: 'none' }, schema: { hide: true } }, async () => ({ ok: true }));
+  return app;
+}

@@ -1,0 +1,54 @@
+/**
+ * Every scope a credential can hold, and the one table mapping roles to scopes.
+ * Wildcards (`*`, `sandbox:*`) are accepted on API keys and expanded against this catalogue.
+ */
+export const SCOPES = {
+  'org:read': 'Read the organization, its projects and its members',
+  'org:admin': 'Administer the organization: members, keys of others, settings; organization-admin surfaces',
+  'org:create': 'Create new organizations',
+  'projects:read': 'Read projects and their resource pins',
+  'projects:write': 'Change projects and their resource pins',
+  'api_keys:read': 'List API keys (own keys; all keys with org:admin)',
+  'api_keys:write': 'Create and revoke API keys (own keys; all keys with org:admin)',
+  'activity:read': 'Read the activity log',
+  'storage:read': 'List and download workspace files',
+  'storage:write': 'Upload, move and delete workspace files',
+  'billing:read': 'Read credits, plan and usage (organization admins)',
+  'billing:write': 'Top up credits and change billing settings (organization admins)',
+  'credentials:admin': 'Manage OAuth provider configs and organization credentials',
+  'agent:read': 'Read agents, runs and threads',
+  'agent:run': 'Run agents and change threads',
+  'runmesh:read': 'Read device mesh nodes',
+  'runmesh:write': 'Change and revoke device mesh nodes',
+} as const;
+
+export type Scope = keyof typeof SCOPES;
+export const ALL_SCOPES = Object.keys(SCOPES) as Scope[];
+
+export type Role = 'admin' | 'member';
+export const ROLES: readonly Role[] = ['admin', 'member'];
+
+const ADMIN_ONLY: ReadonlySet<Scope> = new Set(['org:admin', 'billing:read', 'billing:write', 'credentials:admin']);
+
+export const ROLE_SCOPES: Readonly<Record<Role, ReadonlySet<Scope>>> = {
+  admin: new Set(ALL_SCOPES),
+  member: new Set(ALL_SCOPES.filter((s) => !ADMIN_ONLY.has(s))),
+};
+
+/** True when `pattern` is a known scope or a wildcard that matches at least one. */
+export function isValidScopePattern(pattern: string): boolean {
+  return expandScopes([pattern]).size > 0;
+}
+
+/** Expands scope patterns (`*`, `prefix:*`, exact names) into the concrete scopes they grant. */
+export function expandScopes(patterns: readonly string[]): Set<Scope> {
+  const out = new Set<Scope>();
+  for (const p of patterns) {
+    if (p === '*') ALL_SCOPES.forEach((s) => out.add(s));
+    else if (p.endsWith(':*')) {
+      const prefix = p.slice(0, -1);
+      ALL_SCOPES.filter((s) => s.startsWith(prefix)).forEach((s) => out.add(s));
+    } else if ((ALL_SCOPES as string[]).includes(p)) out.add(p as Scope);
+  }
+  return out;
+}
