@@ -1,2 +1,2 @@
-export { createOrganization, getMe, listMyOrganizations } from './service.js';
+export { addMember, createOrganization, getMe, listMyOrganizations } from './service.js';
 export { organizationRoutes } from './routes.js';

@@ -201,3 +201,19 @@ export async function replaceResourcePins(ctx: Ctx, projectId: string, items: { 
     return { projectId, items: pins, updatedAt: now };
   });
 }
+
+/** Adds a user to an organization with a role and gives them a Personal workspace there. */
+export async function addMember(ctx: Ctx, org: string, userId: string, role: 'admin' | 'member'): Promise<{ personalWorkspaceId: string }> {
+  return withTx(ctx, async (tx) => {
+    const exists = await exec(tx)
+      .selectFrom('memberships')
+      .select('role')
+      .where('org_id', '=', org)
+      .where('user_id', '=', userId)
+      .executeTakeFirst();
+    if (exists) throw errors.conflict(`user ${userId} is already a member of organization ${org}`);
+    await exec(tx).insertInto('memberships').values({ org_id: org, user_id: userId, role, created_at: nowIso() }).execute();
+    const personal = await createWorkspace(tx, { org, kind: 'personal', name: 'Personal', ownerUserId: userId });
+    return { personalWorkspaceId: personal };
+  });
+}
