@@ -7,7 +7,7 @@ import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { decodeCursor, toPage } from '../../platform/http/pagination.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
-import { expandScopes, isValidScopePattern, ROLE_SCOPES, type Role, type Scope } from '../../platform/scopes.js';
+import { ALL_SCOPES, expandScopes, isValidScopePattern, ROLE_SCOPES, type Role, type Scope } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import type { ApiKey, CreateApiKeyBody } from './schemas.js';
 import { BUILTIN_ISSUER, createTokenVerifier, type VerifiedSubject } from './tokens.js';
@@ -78,8 +78,10 @@ export function createAuthenticator(deps: Deps) {
     }
     if (!row.role) throw errors.unauthenticated('the owner of this API key is no longer a member of its organization');
     if (wantedOrg && wantedOrg !== row.org_id) throw errors.forbidden('this API key belongs to another organization');
+    // Awaited (at most once a minute per key) so a listing right after a use already shows it.
     if (!row.last_used_at || now.getTime() - Date.parse(row.last_used_at) > LAST_USED_RESOLUTION_MS) {
-      db.updateTable('api_keys')
+      await db
+        .updateTable('api_keys')
         .set({ last_used_at: now.toISOString() })
         .where('id', '=', row.id)
         .execute()
@@ -139,13 +141,31 @@ function toApiKey(row: Selectable<ApiKeysTable>): ApiKey {
   };
 }
 
+/**
+ * The concrete scopes a new key gets. A named scope the caller lacks is refused; a wildcard grants only
+ * the matching scopes the caller holds (refused when that is none). Keys store concrete scopes, so a
+ * `*` key made by a narrower credential can never widen to its owner's whole role later.
+ */
+function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]): Scope[] {
+  const granted = new Set<Scope>();
+  const refused: string[] = [];
+  for (const pattern of patterns) {
+    const matching = [...expandScopes([pattern])];
+    const mine = matching.filter((s) => held.has(s));
+    const wildcard = pattern === '*' || pattern.endsWith(':*');
+    if (wildcard ? mine.length === 0 : mine.length < matching.length) refused.push(pattern);
+    mine.forEach((s) => granted.add(s));
+  }
+  if (refused.length) throw errors.forbidden(`cannot grant scopes you do not hold: ${refused.join(', ')}`);
+  return ALL_SCOPES.filter((s) => granted.has(s));
+}
+
 /** Creates an API key for the caller; a key never holds a scope its creator lacks. The secret is returned once. */
 export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<ApiKey & { key: string }> {
   const org = orgId(ctx);
   const unknown = input.scopes.filter((s) => !isValidScopePattern(s));
   if (unknown.length) throw errors.invalidField('scopes', `unknown scope ${unknown.map((s) => `"${s}"`).join(', ')}`);
-  const beyond = [...expandScopes(input.scopes)].filter((s) => !ctx.principal.scopes.has(s));
-  if (beyond.length) throw errors.forbidden(`cannot grant scopes you do not hold: ${beyond.join(', ')}`);
+  const scopes = grantableScopes(ctx.principal.scopes, input.scopes);
   if (input.expiresAt && new Date(input.expiresAt) <= new Date()) throw errors.invalidField('expiresAt', 'must be in the future');
   const secret = `hgr_${input.environment}_${base62(40)}`;
   const row = {
@@ -156,7 +176,7 @@ export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<A
     environment: input.environment,
     prefix: secret.slice(0, 16),
     hash: sha256Hex(secret),
-    scopes: JSON.stringify(input.scopes),
+    scopes: JSON.stringify(scopes),
     created_at: nowIso(),
     last_used_at: null,
     expires_at: input.expiresAt ? new Date(input.expiresAt).toISOString() : null,
@@ -170,7 +190,7 @@ export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<A
       eventType: 'api_key.created',
       status: 'created',
       title: `API key "${row.name}" created`,
-      summary: `${row.environment} key ${row.prefix}… with scopes ${input.scopes.join(', ')}`,
+      summary: `${row.environment} key ${row.prefix}… with scopes ${scopes.join(', ')}`,
     });
   });
   return { ...toApiKey(row), key: secret };

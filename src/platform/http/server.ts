@@ -15,6 +15,7 @@ import type { Ctx, Deps, Principal } from '../context.js';
 import { base62 } from '../ids.js';
 import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
+import { plannedFeature } from './planned.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -95,6 +96,12 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
       disableRequestLogging: config.logLevel !== 'debug' && config.logLevel !== 'trace',
     }),
     routerOptions: { ignoreTrailingSlash: true },
+    // A URL the router cannot decode (bad percent-encoding, an over-long path segment) still gets the envelope.
+    frameworkErrors: (err, req, reply) => {
+      reply.header('x-request-id', req.id);
+      if (req.url.startsWith('/v1')) reply.header('x-api-version', 'v1');
+      return sendError(req, reply, new AppError('invalid_request', err.code === 'FST_ERR_BAD_URL' ? 'the URL is not valid' : err.message));
+    },
     forceCloseConnections: true,
   }).withTypeProvider<ZodTypeProvider>();
 
@@ -103,7 +110,7 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
   app.setSerializerCompiler(config.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
 
   // Mirror of the route table to tell 405 from 404.
-  const routes = FindMyWay();
+  const routes = FindMyWay({ ignoreTrailingSlash: true });
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     for (const m of methods) {
@@ -142,6 +149,10 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     if (allowed.length > 0) {
       reply.header('allow', allowed.join(', '));
       return sendError(req, reply, new AppError('method_not_allowed', `${req.method} is not allowed on ${pathOnly}; use ${allowed.join(', ')}`));
+    }
+    const planned = plannedFeature(pathOnly);
+    if (planned) {
+      return sendError(req, reply, new AppError('not_implemented', `${planned} is not available in this version of Hangar; see README.md, "What is built"`));
     }
     return sendError(req, reply, new AppError('not_found', `no route ${req.method} ${pathOnly}`));
   });

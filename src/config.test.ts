@@ -1,0 +1,60 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, parseConfig } from './config.js';
+
+const dir = () => mkdtempSync(path.join(tmpdir(), 'hangar-config-'));
+const key = 'a'.repeat(64);
+
+function errorOf(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('configuration', () => {
+  it('defaults to the embedded set-up: all services, SQLite under the data dir, port 8080', () => {
+    const d = dir();
+    const c = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key });
+    expect(c.services).toEqual(['orchestrator', 'auth', 'tools', 'billing', 'storage']);
+    expect(c.database).toEqual({ kind: 'sqlite', file: path.join(d, 'hangar.db') });
+    expect(c.port).toBe(8080);
+    expect(c.host).toBe('127.0.0.1');
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  it('names the setting in one line when something is wrong', () => {
+    const d = dir();
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key }, { services: 'orchestrator,billingz' })).message).toMatch(
+      /^--service: unknown service "billingz"/,
+    );
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, DATABASE_URL: 'mysql://x/y' })).setting).toBe('DATABASE_URL');
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, DATABASE_URL: 'not a url' })).setting).toBe('DATABASE_URL');
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, DATABASE_URL: 'postgres://host' })).setting).toBe('DATABASE_URL');
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, PORT: 'eighty' })).setting).toBe('PORT');
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: 'short' })).setting).toBe('HANGAR_SECRET_KEY');
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_OIDC_ISSUER: 'https://id.example' })).setting).toBe(
+      'HANGAR_OIDC_ISSUER',
+    );
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: '/etc/passwd/hangar', HANGAR_SECRET_KEY: key })).setting).toBe('HANGAR_DATA_DIR');
+  });
+
+  it('selects PostgreSQL from DATABASE_URL, with an optional schema', () => {
+    const c = parseConfig({ HANGAR_DATA_DIR: dir(), HANGAR_SECRET_KEY: key, DATABASE_URL: 'postgres://u@db:5432/hangar?schema=tenant_a' });
+    expect(c.database).toEqual({ kind: 'postgres', url: 'postgres://u@db:5432/hangar', schema: 'tenant_a' });
+  });
+
+  it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {
+    const d = dir();
+    const a = loadConfig({ HANGAR_DATA_DIR: d });
+    const b = loadConfig({ HANGAR_DATA_DIR: d });
+    expect(a.secretKey.length).toBe(32);
+    expect(b.secretKey.equals(a.secretKey)).toBe(true);
+    expect(loadConfig({ HANGAR_DATA_DIR: dir() }).secretKey.equals(a.secretKey)).toBe(false);
+  });
+});

@@ -1,0 +1,64 @@
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { testRedisUrl } from '../../../test/harness.js';
+import { MemoryBus, RedisBus, type Bus } from './index.js';
+
+function contract(make: () => Bus) {
+  it('delivers to every subscriber of a channel, in order, and stops after unsubscribe', async () => {
+    const bus = make();
+    const channel = `t-${randomBytes(4).toString('hex')}`;
+    const a: unknown[] = [];
+    const b: unknown[] = [];
+    const offA = await bus.subscribe(channel, (m) => a.push(m));
+    await bus.subscribe(channel, (m) => b.push(m));
+    await bus.subscribe(`${channel}-other`, () => a.push('wrong channel'));
+    for (let i = 0; i < 5; i++) await bus.publish(channel, { seq: i });
+    await waitFor(() => b.length === 5);
+    expect(a).toEqual([0, 1, 2, 3, 4].map((seq) => ({ seq })));
+    expect(b).toEqual(a);
+    await offA();
+    await bus.publish(channel, { seq: 5 });
+    await waitFor(() => b.length === 6);
+    expect(a).toHaveLength(5);
+    await bus.close();
+  });
+}
+
+async function waitFor(cond: () => boolean, ms = 3000) {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+describe('in-process bus', () => {
+  contract(() => new MemoryBus());
+
+  it('hands subscribers a copy, never the publisher’s object', async () => {
+    const bus = new MemoryBus();
+    const seen: { n: number }[] = [];
+    await bus.subscribe('c', (m) => seen.push(m as { n: number }));
+    const msg = { n: 1 };
+    await bus.publish('c', msg);
+    msg.n = 2;
+    expect(seen[0]).toEqual({ n: 1 });
+  });
+});
+
+// Runs in CI's PostgreSQL+Redis pass (HANGAR_TEST_REDIS_URL set); the default pass has no Redis to talk to.
+describe.runIf(testRedisUrl)('Redis bus', () => {
+  contract(() => new RedisBus(testRedisUrl!, `hangar-test-${randomBytes(4).toString('hex')}:`));
+
+  it('fans out across two bus instances, as across two replicas', async () => {
+    const prefix = `hangar-test-${randomBytes(4).toString('hex')}:`;
+    const one = new RedisBus(testRedisUrl!, prefix);
+    const two = new RedisBus(testRedisUrl!, prefix);
+    const got: unknown[] = [];
+    await two.subscribe('thread:1', (m) => got.push(m));
+    await one.publish('thread:1', { hello: 'replica' });
+    await waitFor(() => got.length === 1);
+    expect(got).toEqual([{ hello: 'replica' }]);
+    await Promise.all([one.close(), two.close()]);
+  });
+});

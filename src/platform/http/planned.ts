@@ -1,0 +1,33 @@
+/**
+ * Parts of the public interface that this version does not serve yet. A request under one of these
+ * prefixes answers 501 `not_implemented` naming the feature, rather than a bare 404, so a client can
+ * tell "not built" from "wrong URL". Remove an entry when its routes land.
+ */
+export const PLANNED: readonly { prefix: string; feature: string }[] = [
+  { prefix: '/v1/execute', feature: 'one-shot code execution' },
+  { prefix: '/v1/runtimes', feature: 'one-shot code execution' },
+  { prefix: '/v1/sandboxes', feature: 'persistent sandboxes' },
+  { prefix: '/v1/templates', feature: 'templates' },
+  { prefix: '/v1/deployments', feature: 'deployments' },
+  { prefix: '/v1/threads', feature: 'threads' },
+  { prefix: '/v1/thread-events', feature: 'threads' },
+  { prefix: '/v1/run', feature: 'agent runs' },
+  { prefix: '/v1/agents', feature: 'agents' },
+  { prefix: '/v1/models', feature: 'the model registry' },
+  { prefix: '/v1/model-proxy', feature: 'the model proxy' },
+  { prefix: '/v1/tools', feature: 'tools' },
+  { prefix: '/v1/secrets', feature: 'secrets' },
+  { prefix: '/v1/oauth', feature: 'OAuth connections' },
+  { prefix: '/v1/agent-channels', feature: 'messaging channels' },
+  { prefix: '/v1/apps', feature: 'product channel bindings' },
+  { prefix: '/v1/runmesh', feature: 'the device mesh' },
+  { prefix: '/v1/aip/sessions', feature: 'context sessions' },
+  { prefix: '/v1/workflows', feature: 'workflow triggers' },
+  { prefix: '/v1/triggers', feature: 'webhook triggers' },
+  { prefix: '/v1/installable-agents', feature: 'installable agents' },
+  { prefix: '/v1/billing', feature: 'this billing route (only credits and credit history are available)' },
+];
+
+export function plannedFeature(path: string): string | undefined {
+  return PLANNED.find((p) => path === p.prefix || path.startsWith(`${p.prefix}/`))?.feature;
+}
