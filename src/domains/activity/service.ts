@@ -123,8 +123,7 @@ export async function listActivity(ctx: Ctx, query: ActivityQuery, opts: { resou
     throw errors.invalidField('since', 'must not be after until');
   }
   let resourceAuthorized = opts.resourceAuthorized ?? false;
-  // Admins see every event of the organization, so a resource filter only narrows what they see.
-  if (!admin && !resourceAuthorized && query.resource_type && query.resource_id) {
+  if (!resourceAuthorized && query.resource_type && query.resource_id) {
     const check = accessChecks.get(query.resource_type);
     if (check) {
       if (!(await check(ctx, query.resource_id))) throw errors.notFound(query.resource_type, query.resource_id);

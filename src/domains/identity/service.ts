@@ -36,6 +36,10 @@ export async function createUser(
 /** Finds the user behind a verified subject, creating it on first sight. */
 async function userForSubject(deps: Deps, subject: VerifiedSubject) {
   const db = deps.db.kysely;
+  // Built-in tokens name the user id itself, so `hangar token` works for users of any issuer.
+  if (subject.issuer === BUILTIN_ISSUER) {
+    return (await db.selectFrom('users').selectAll().where('id', '=', subject.subject).executeTakeFirst()) ?? null;
+  }
   const find = () =>
     db
       .selectFrom('users')
@@ -44,7 +48,7 @@ async function userForSubject(deps: Deps, subject: VerifiedSubject) {
       .where('idp_subject', '=', subject.subject)
       .executeTakeFirst();
   const found = await find();
-  if (found || subject.issuer === BUILTIN_ISSUER) return found ?? null;
+  if (found) return found;
   try {
     return await createUser(deps, { email: subject.email, name: subject.name, issuer: subject.issuer, subject: subject.subject });
   } catch (err) {

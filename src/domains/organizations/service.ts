@@ -198,6 +198,15 @@ export async function replaceResourcePins(ctx: Ctx, projectId: string, items: { 
       .where('id', '=', projectId)
       .where('org_id', '=', orgId(tx))
       .execute();
+    await recordActivity(tx, {
+      resourceType: 'project',
+      resourceId: projectId,
+      eventType: 'project.resource_pins.updated',
+      status: 'updated',
+      title: 'Pinned resources replaced',
+      summary: `${pins.length} pinned`,
+      metadata: { keys: pins.map((p) => p.key) },
+    });
     return { projectId, items: pins, updatedAt: now };
   });
 }

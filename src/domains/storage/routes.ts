@@ -1,5 +1,6 @@
 import multipart from '@fastify/multipart';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { Readable } from 'node:stream';
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
@@ -20,7 +21,7 @@ import {
   WorkspaceParams,
 } from './schemas.js';
 import {
-  canAccessWorkspace,
+  canSeeWorkspaceActivity,
   deleteEntry,
   getWorkspace,
   listFolder,
@@ -32,7 +33,7 @@ import {
   writeFile,
 } from './service.js';
 
-registerActivityResource('workspace', canAccessWorkspace);
+registerActivityResource('workspace', canSeeWorkspaceActivity);
 
 const tags = ['workspace files'];
 
@@ -126,6 +127,11 @@ export async function storageRoutes(app: App, deps: Deps) {
       reply.header('last-modified', new Date(file.entry.mtime).toUTCString());
       if (file.sha256) reply.header('etag', `"${file.sha256}"`);
       reply.type(file.entry.mimeType);
+      // Never let a browser run an uploaded HTML or SVG file in the API's origin.
+      reply.header('x-content-type-options', 'nosniff');
+      reply.header('content-security-policy', "sandbox; default-src 'none'");
+      // HEAD: Fastify recomputes Content-Length from a string body (0); an empty stream keeps ours.
+      const body = async (r?: { start: number; end: number }) => (req.method === 'HEAD' ? Readable.from([]) : await file.read(r));
       const range = parseRange(req.headers.range, size);
       if (range === 'unsatisfiable') {
         reply.header('content-range', `bytes */${size}`);
@@ -134,10 +140,10 @@ export async function storageRoutes(app: App, deps: Deps) {
       if (range) {
         reply.status(206).header('content-range', `bytes ${range.start}-${range.end}/${size}`);
         reply.header('content-length', range.end - range.start + 1);
-        return reply.send(req.method === 'HEAD' ? '' : await file.read(range));
+        return reply.send(await body(range));
       }
       reply.header('content-length', size);
-      return reply.send(req.method === 'HEAD' || size === 0 ? '' : await file.read());
+      return reply.send(size === 0 ? '' : await body());
     },
   );
 
@@ -162,18 +168,27 @@ export async function storageRoutes(app: App, deps: Deps) {
       },
       async (req, reply) => {
         const length = req.headers['content-length'];
-        const result = await writeFile(req.ctx, req.params.id, req.params['*'], req.raw, {
-          contentType: req.headers['content-type'],
-          contentLength: length !== undefined ? Number(length) : undefined,
-        });
-        return reply.status(result.created ? 201 : 200).send(ok(req, result.entry));
+        try {
+          // An iterator leaves the request open when the write gives up: a destroyed request stops
+          // reading its socket, and a keep-alive connection then hangs instead of getting the 413.
+          const result = await writeFile(req.ctx, req.params.id, req.params['*'], req.raw.iterator({ destroyOnReturn: false }), {
+            contentType: req.headers['content-type'],
+            contentLength: length !== undefined ? Number(length) : undefined,
+          });
+          return reply.status(result.created ? 201 : 200).send(ok(req, result.entry));
+        } catch (err) {
+          req.raw.resume(); // discard the unread rest of a refused body
+          throw err;
+        }
       },
     );
   });
 
   await app.register(async (formCtx) => {
     const form = formCtx.withTypeProvider<ZodTypeProvider>();
-    await form.register(multipart, { limits: { fileSize: deps.config.uploadLimitBytes, files: 100, fields: 10 } });
+    // busboy cuts a part at fileSize and ends its stream normally, so the cut file would be stored before
+    // the 413; one byte of slack lets writeFile's own limit refuse it instead.
+    await form.register(multipart, { limits: { fileSize: deps.config.uploadLimitBytes + 1, files: 100, fields: 10 } });
     form.post(
       '/v1/workspaces/:id/files',
       {

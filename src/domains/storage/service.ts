@@ -1,9 +1,8 @@
 import type { Selectable } from 'kysely';
 import mime from 'mime';
-import type { Readable } from 'node:stream';
 import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
-import { BlobTooLargeError } from '../../platform/blobs/index.js';
-import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { BlobTooLargeError, type BlobSource } from '../../platform/blobs/index.js';
+import { exec, isOrgAdmin, orgId, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
@@ -90,6 +89,18 @@ export async function canAccessWorkspace(ctx: Ctx, id: string): Promise<boolean>
   return Boolean(await accessibleWorkspaces(ctx).where('id', '=', id).executeTakeFirst());
 }
 
+/**
+ * Activity of a workspace: whoever can access it, and organization admins for any workspace of their
+ * organization (they see every event of the organization anyway, so a filter must not hide them).
+ */
+export async function canSeeWorkspaceActivity(ctx: Ctx, id: string): Promise<boolean> {
+  if (isOrgAdmin(ctx)) {
+    const row = await exec(ctx).selectFrom('workspaces').select('id').where('org_id', '=', orgId(ctx)).where('id', '=', id).executeTakeFirst();
+    return Boolean(row);
+  }
+  return canAccessWorkspace(ctx, id);
+}
+
 // ---- files ------------------------------------------------------------------------------------
 
 function toEntry(row: Selectable<WorkspaceFilesTable>): WorkspaceFileEntry {
@@ -104,8 +115,26 @@ function toEntry(row: Selectable<WorkspaceFilesTable>): WorkspaceFileEntry {
   };
 }
 
-const findEntry = (ctx: Ctx, workspaceId: string, path: string) =>
-  exec(ctx).selectFrom('workspace_files').selectAll().where('workspace_id', '=', workspaceId).where('path', '=', path).executeTakeFirst();
+/**
+ * One entry by path. `lock` takes the row lock on PostgreSQL so concurrent writers of the same path
+ * wait and then see each other's result (SQLite already runs one transaction at a time).
+ */
+function findEntry(ctx: Ctx, workspaceId: string, path: string, opts: { lock?: boolean } = {}) {
+  let q = exec(ctx).selectFrom('workspace_files').selectAll().where('workspace_id', '=', workspaceId).where('path', '=', path);
+  if (opts.lock && ctx.deps.db.dialect === 'postgres') q = q.forUpdate();
+  return q.executeTakeFirst();
+}
+
+/** Inserts a folder row unless the path is taken (also by a concurrent request); true when inserted. */
+async function insertFolder(ctx: Ctx, row: ReturnType<typeof folderRow>): Promise<boolean> {
+  const inserted = await exec(ctx)
+    .insertInto('workspace_files')
+    .values(row)
+    .onConflict((oc) => oc.columns(['workspace_id', 'path']).doNothing())
+    .returning('id')
+    .execute();
+  return inserted.length > 0;
+}
 
 /** Lists a folder (the root by default): folders first, then files, by name. */
 export async function listFolder(ctx: Ctx, workspaceId: string, rawPath = ''): Promise<WorkspaceFileEntry[]> {
@@ -131,14 +160,10 @@ export async function listFolder(ctx: Ctx, workspaceId: string, rawPath = ''): P
 async function ensureParents(ctx: Ctx, workspaceId: string, path: string, now: string): Promise<void> {
   for (const dir of ancestorsOf(path)) {
     const existing = await findEntry(ctx, workspaceId, dir);
-    if (existing) {
-      if (existing.type !== 'folder') throw errors.conflict(`"${dir}" is a file, so "${path}" cannot be created under it`);
-      continue;
-    }
-    await exec(ctx)
-      .insertInto('workspace_files')
-      .values(folderRow(orgId(ctx), workspaceId, dir, ctx.principal.userId, now))
-      .execute();
+    if (!existing && (await insertFolder(ctx, folderRow(orgId(ctx), workspaceId, dir, ctx.principal.userId, now)))) continue;
+    // Found, or just created by a concurrent request: it must be a folder.
+    const type = existing?.type ?? (await findEntry(ctx, workspaceId, dir))?.type;
+    if (type !== 'folder') throw errors.conflict(`"${dir}" is a file, so "${path}" cannot be created under it`);
   }
 }
 
@@ -197,7 +222,7 @@ export async function writeFile(
   ctx: Ctx,
   workspaceId: string,
   rawPath: string,
-  body: Readable | Buffer,
+  body: BlobSource,
   opts: { contentType?: string; contentLength?: number } = {},
 ): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
   const org = orgId(ctx);
@@ -222,7 +247,7 @@ export async function writeFile(
   try {
     const result = await withTx(ctx, async (tx) => {
       const now = nowIso();
-      const existing = await findEntry(tx, workspaceId, path);
+      const existing = await findEntry(tx, workspaceId, path, { lock: true });
       if (existing?.type === 'folder') throw errors.conflict(`"${path}" is a folder`);
       await ensureParents(tx, workspaceId, path, now);
       await chargeStorage(tx, put.size - Number(existing?.size ?? 0));
@@ -285,15 +310,22 @@ export async function makeFolder(ctx: Ctx, workspaceId: string, rawPath: string)
   const path = normalizeEntryPath(rawPath);
   try {
     return await withTx(ctx, async (tx) => {
-      const existing = await findEntry(tx, workspaceId, path);
-      if (existing) {
-        if (existing.type !== 'folder') throw errors.conflict(`"${path}" is a file`);
-        return { entry: toEntry(existing), created: false };
-      }
+      const found = async () => {
+        const existing = await findEntry(tx, workspaceId, path);
+        if (existing && existing.type !== 'folder') throw errors.conflict(`"${path}" is a file`);
+        return existing && { entry: toEntry(existing), created: false };
+      };
+      const existing = await found();
+      if (existing) return existing;
       const now = nowIso();
       await ensureParents(tx, workspaceId, path, now);
       const row = folderRow(orgId(tx), workspaceId, path, tx.principal.userId, now);
-      await exec(tx).insertInto('workspace_files').values(row).execute();
+      if (!(await insertFolder(tx, row))) {
+        // A concurrent request made it first: answer as if it had existed.
+        const raced = await found();
+        if (!raced) throw errors.conflict(`"${path}" was created by another request at the same time; retry`);
+        return raced;
+      }
       await recordActivity(tx, {
         resourceType: 'workspace',
         resourceId: workspaceId,
@@ -313,11 +345,13 @@ export async function makeFolder(ctx: Ctx, workspaceId: string, rawPath: string)
 
 /** The entry and everything below it. */
 function subtree(ctx: Ctx, workspaceId: string, path: string) {
+  // SQL substr counts code points, JS length counts UTF-16 units: an emoji is one, not two.
+  const prefixLength = [...path].length + 1;
   return exec(ctx)
     .selectFrom('workspace_files')
     .selectAll()
     .where('workspace_id', '=', workspaceId)
-    .where((eb) => eb.or([eb('path', '=', path), eb(eb.fn('substr', ['path', eb.val(1), eb.val(path.length + 1)]), '=', `${path}/`)]));
+    .where((eb) => eb.or([eb('path', '=', path), eb(eb.fn('substr', ['path', eb.val(1), eb.val(prefixLength)]), '=', `${path}/`)]));
 }
 
 export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody): Promise<WorkspaceFileEntry> {
@@ -328,9 +362,9 @@ export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody):
   if (to.startsWith(`${from}/`)) throw errors.invalidField('to', 'cannot move a folder into itself');
   let replacedBlob: string | null = null;
   const entry = await withTx(ctx, async (tx) => {
-    const source = await findEntry(tx, workspaceId, from);
+    const source = await findEntry(tx, workspaceId, from, { lock: true });
     if (!source) throw errors.notFound('file', from);
-    const target = await findEntry(tx, workspaceId, to);
+    const target = await findEntry(tx, workspaceId, to, { lock: true });
     if (target) {
       if (target.type === 'folder' || source.type === 'folder') throw errors.conflict(`"${to}" already exists`);
       if (!input.overwrite) throw errors.conflict(`"${to}" already exists; pass overwrite: true to replace it`);
@@ -368,17 +402,19 @@ export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const { rows, bytes } = await withTx(ctx, async (tx) => {
-    const entry = await findEntry(tx, workspaceId, path);
+    const entry = await findEntry(tx, workspaceId, path, { lock: true });
     if (!entry) throw errors.notFound('file', path);
-    const rows = await subtree(tx, workspaceId, path).execute();
-    if (entry.type === 'folder' && rows.length > 1 && !recursive) {
+    const found = await subtree(tx, workspaceId, path).execute();
+    if (entry.type === 'folder' && found.length > 1 && !recursive) {
       throw errors.conflict(`folder "${path}" is not empty; pass recursive=true to delete it with its contents`);
     }
-    const bytes = rows.reduce((n, r) => n + Number(r.size), 0);
-    await exec(tx)
+    // Count what this statement removed, not what was read: a concurrent delete must not be credited twice.
+    const rows = await exec(tx)
       .deleteFrom('workspace_files')
-      .where('id', 'in', rows.map((r) => r.id))
+      .where('id', 'in', found.map((r) => r.id))
+      .returning(['size', 'blob_key'])
       .execute();
+    const bytes = rows.reduce((n, r) => n + Number(r.size), 0);
     await chargeStorage(tx, -bytes);
     await recordActivity(tx, {
       resourceType: 'workspace',

@@ -19,14 +19,19 @@ export class BlobTooLargeError extends Error {
 
 /** Where file bytes live: local disk now, S3-compatible stores later. Writes are atomic. */
 export interface BlobStore {
-  /** Writes all of `source` under `key`; readers see the whole blob or none of it. */
-  put(key: string, source: Readable | Buffer | string, opts?: { maxBytes?: number }): Promise<PutResult>;
+  /**
+   * Writes all of `source` under `key`; readers see the whole blob or none of it. A failed put destroys a
+   * stream source; pass `stream.iterator({ destroyOnReturn: false })` to keep the stream for the caller.
+   */
+  put(key: string, source: BlobSource, opts?: { maxBytes?: number }): Promise<PutResult>;
   /** Appends to a blob, creating it (used for JSONL logs). */
   append(key: string, data: string | Buffer): Promise<void>;
   get(key: string, range?: { start: number; end: number }): Promise<Readable>;
   size(key: string): Promise<number | null>;
   delete(key: string): Promise<void>;
 }
+
+export type BlobSource = Readable | AsyncIterable<Buffer> | Buffer | string;
 
 const SAFE_KEY = /^[A-Za-z0-9_][A-Za-z0-9_.\-/]*$/;
 
@@ -40,7 +45,7 @@ export class LocalBlobStore implements BlobStore {
     return path.join(this.root, key);
   }
 
-  async put(key: string, source: Readable | Buffer | string, opts: { maxBytes?: number } = {}): Promise<PutResult> {
+  async put(key: string, source: BlobSource, opts: { maxBytes?: number } = {}): Promise<PutResult> {
     const target = this.file(key);
     await mkdir(path.dirname(target), { recursive: true });
     const tmp = `${target}.tmp-${randomBytes(6).toString('hex')}`;
@@ -56,8 +61,9 @@ export class LocalBlobStore implements BlobStore {
       },
     });
     const input = typeof source === 'string' || Buffer.isBuffer(source) ? [source] : source;
+    const out = createWriteStream(tmp, { mode: 0o600 });
     try {
-      await pipeline(input as Iterable<unknown> | Readable, meter, createWriteStream(tmp, { mode: 0o600 }));
+      await pipeline(input as Iterable<unknown> | AsyncIterable<unknown>, meter, out);
       const fh = await open(tmp, 'r');
       try {
         await fh.sync();
@@ -66,6 +72,8 @@ export class LocalBlobStore implements BlobStore {
       }
       await rename(tmp, target);
     } catch (err) {
+      // pipeline can reject while the write stream is still opening the file; remove it once closed.
+      if (!out.closed) await new Promise<void>((resolve) => out.once('close', () => resolve()));
       await rm(tmp, { force: true });
       throw err;
     }

@@ -64,11 +64,13 @@ export function toAppError(err: FastifyError | Error): AppError {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new AppError('payload_too_large', 'request body is larger than this server accepts');
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new AppError('unsupported_media_type', `unsupported Content-Type; send application/json`);
+      return new AppError('unsupported_media_type', 'unsupported Content-Type for this route; JSON routes take application/json');
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new AppError('invalid_request', 'body: a JSON body is required when Content-Type is application/json');
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new AppError('invalid_request', 'body: is not valid JSON');
+    case '22021': // PostgreSQL refuses NUL characters in text; SQLite stores them
+      return new AppError('invalid_request', 'text values must not contain NUL characters');
   }
   if (fe.statusCode === 400 && err instanceof SyntaxError) return new AppError('invalid_request', 'body: is not valid JSON');
   if (fe.statusCode === 413) return new AppError('payload_too_large', fe.message);
@@ -105,6 +107,8 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     forceCloseConnections: true,
   }).withTypeProvider<ZodTypeProvider>();
 
+  // JSON routes take JSON only: a text/plain body is a 415, not a string that fails validation.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(validatorCompiler);
   // Response schemas document the API; validating every response costs time, so it is on in tests only.
   app.setSerializerCompiler(config.validateResponses ? serializerCompiler : () => (data) => JSON.stringify(data));
