@@ -13,7 +13,7 @@ export interface Benchmark {
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const available = readdirSync(here)
-  .filter((f) => f.endsWith('.ts') && f !== 'run.ts' && !f.endsWith('.d.ts'))
+  .filter((f) => f.endsWith('.ts') && f !== 'run.ts' && !f.startsWith('_') && !f.endsWith('.d.ts'))
   .map((f) => f.slice(0, -3))
   .sort();
 

@@ -15,7 +15,7 @@ export const SERVERS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)
 /** Node flags every server child gets, so targets differ only in what they serve. */
 export const CHILD_NODE_FLAGS = ['--import', 'tsx'] as const;
 
-export interface ServerChild<Info = Record<string, unknown>> {
+export interface ServerChild<Info = unknown> {
   name: string;
   port: number;
   url: string;
@@ -33,7 +33,8 @@ export interface ServerChild<Info = Record<string, unknown>> {
 const live = new Set<ChildProcess>();
 let hooked = false;
 
-function killAll(signal: NodeJS.Signals = 'SIGKILL') {
+/** SIGTERM lets a child tear down (close, delete its temp data dir); children also stop when the IPC channel closes. */
+function killAll(signal: NodeJS.Signals = 'SIGTERM') {
   for (const c of live) if (c.exitCode === null && c.signalCode === null) c.kill(signal);
 }
 
@@ -60,7 +61,7 @@ export interface StartOptions {
   timeoutMs?: number;
 }
 
-export async function startServer<Info = Record<string, unknown>>(
+export async function startServer<Info = unknown>(
   name: string,
   script: string,
   opts: StartOptions = {},
@@ -107,7 +108,7 @@ export async function startServer<Info = Record<string, unknown>>(
   try {
     started = await request('start', { options: opts.options }, opts.timeoutMs ?? 120_000);
   } catch (err) {
-    child.kill('SIGKILL');
+    child.kill('SIGTERM');
     throw err;
   }
   const port = started.port as number;
@@ -149,9 +150,11 @@ export function serveChild(
 ) {
   let stopping = false;
   let session: Session | undefined;
+  let sourceMaps: Record<string, string> = {};
   const stop = async () => {
     if (stopping) return;
     stopping = true;
+    setTimeout(() => process.exit(1), 5000).unref();
     try {
       await teardown();
     } finally {
@@ -176,6 +179,15 @@ export function serveChild(
       try {
         session ??= new Session();
         session.connect();
+        // tsx compiles each file to one line; keep the inline source maps so the report can name source lines.
+        sourceMaps = {};
+        const onScript = (e: { params: { url: string; sourceMapURL?: string } }) => {
+          if (e.params.url.startsWith('file://') && e.params.sourceMapURL?.startsWith('data:')) sourceMaps[e.params.url] = e.params.sourceMapURL;
+        };
+        session.on('Debugger.scriptParsed', onScript);
+        await session.post('Debugger.enable');
+        await session.post('Debugger.disable');
+        session.off('Debugger.scriptParsed', onScript);
         await session.post('Profiler.enable');
         await session.post('Profiler.setSamplingInterval', { interval: m.intervalUs as number });
         await session.post('Profiler.start');
@@ -186,7 +198,7 @@ export function serveChild(
     } else if (m.type === 'profile-stop') {
       try {
         const { profile } = await session!.post('Profiler.stop');
-        writeFileSync(m.file as string, JSON.stringify(profile));
+        writeFileSync(m.file as string, JSON.stringify({ ...profile, $sourceMaps: sourceMaps }));
         session!.disconnect();
         process.send!({ type: 'ok', id: m.id });
       } catch (err) {

@@ -76,6 +76,8 @@ export interface Summary {
   errors: number;
   serverCpu: number;
   loadgenCpu: number;
+  /** Server CPU time per request, µs: less sensitive than req/s to other load on the machine. */
+  serverCpuPerRequest: number;
 }
 
 function percentile(sorted: Float64Array, p: number): number {
@@ -106,6 +108,7 @@ export function summarize(samples: Sample[]): Summary {
     errors: samples.reduce((s, x) => s + x.errors, 0),
     serverCpu: weighted((x) => x.serverCpu),
     loadgenCpu: weighted((x) => x.loadgenCpu),
+    serverCpuPerRequest: (samples.reduce((s, x) => s + x.serverCpu * x.seconds, 0) * 1e6) / Math.max(1, total),
   };
 }
 

@@ -194,7 +194,7 @@ export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<A
       eventType: 'api_key.created',
       status: 'created',
       title: `API key "${row.name}" created`,
-      summary: `${row.environment} key ${row.prefix}… with scopes ${scopes.join(', ')}`,
+      summary: `${row.environment} key ${row.prefix}... with scopes ${scopes.join(', ')}`,
     });
   });
   return { ...toApiKey(row), key: secret };
@@ -238,7 +238,7 @@ export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
       eventType: 'api_key.revoked',
       status: 'revoked',
       title: `API key "${row.name}" revoked`,
-      summary: `${row.prefix}… can no longer be used`,
+      summary: `${row.prefix}... can no longer be used`,
     });
     return toApiKey({ ...row, revoked_at: revokedAt });
   });

@@ -5,6 +5,7 @@ import { Kysely, PostgresDialect, SqliteDialect, type Transaction } from 'kysely
 import pg from 'pg';
 import type { Config } from '../../config.js';
 import type { Database } from '../../database.js';
+import { withStatementCache } from './sqlite-statements.js';
 
 // int8 (count, bigint columns) and numeric (sum) come back as strings from pg; our values fit in a double.
 pg.types.setTypeParser(20, (v) => Number(v));
@@ -28,7 +29,7 @@ export async function openDb(database: Config['database']): Promise<Db> {
     sqlite.pragma('synchronous = NORMAL');
     sqlite.pragma('foreign_keys = ON');
     sqlite.pragma('busy_timeout = 5000');
-    const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+    const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
     return { kysely, dialect: 'sqlite', close: () => kysely.destroy() };
   }
   if (database.schema) {
