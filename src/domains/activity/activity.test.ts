@@ -258,7 +258,7 @@ describe('activity', () => {
 
     it('rejects a cursor it did not issue', async () => {
       const b64 = (s: string) => Buffer.from(s).toString('base64url');
-      for (const cursor of ['garbage!!', b64('{"a":1}'), b64('["2020-01-01T00:00:00.000Z"]'), b64('not json'), b64('[null,null]')]) {
+      for (const cursor of ['garbage!!', b64('{"a":1}'), b64('["2020-01-01T00:00:00.000Z"]'), b64('not json'), b64('[null,null]'), b64('[1,2]')]) {
         const res = await get(admin, `?cursor=${encodeURIComponent(cursor)}`);
         expect(res.statusCode, cursor).toBe(400);
         expect(json(res).error).toMatchObject({ code: 'invalid_request', issues: [{ path: 'cursor', message: expect.any(String) }] });

@@ -2,7 +2,7 @@ import type { Selectable } from 'kysely';
 import type { ActivityEventsTable } from '../../database.js';
 import { exec, isOrgAdmin, orgId, type Ctx } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
-import { decodeCursor, toPage } from '../../platform/http/pagination.js';
+import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import type { ActivityEvent, ActivityQuery, ResourceType } from './schemas.js';
 
@@ -140,11 +140,6 @@ export async function listActivity(ctx: Ctx, query: ActivityQuery, opts: { resou
   if (actor) q = q.where('actor_user_id', '=', actor);
   if (query.since) q = q.where('occurred_at', '>=', new Date(query.since).toISOString());
   if (query.until) q = q.where('occurred_at', '<=', new Date(query.until).toISOString());
-  if (query.cursor) {
-    const [at, id] = decodeCursor(query.cursor, 2) as [string, string];
-    q = q.where((eb) => eb.or([eb('occurred_at', '<', at), eb.and([eb('occurred_at', '=', at), eb('id', '<', id)])]));
-  }
-  const rows = await q.orderBy('occurred_at', 'desc').orderBy('id', 'desc').limit(query.limit + 1).execute();
-  const p = toPage(rows, query.limit, (r) => [r.occurred_at, r.id]);
+  const p = await newestFirstPage(q, { time: 'occurred_at', id: 'id' }, query);
   return { events: p.items.map(toEvent), hasMore: p.hasMore, nextCursor: p.nextCursor };
 }

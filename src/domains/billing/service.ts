@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { exec, orgId, type Ctx } from '../../platform/context.js';
-import { decodeCursor, toPage } from '../../platform/http/pagination.js';
+import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, uuid } from '../../platform/ids.js';
 import type { CreditEntry } from './schemas.js';
 
@@ -39,13 +39,8 @@ export async function getBalance(ctx: Ctx) {
 }
 
 export async function listLedger(ctx: Ctx, input: { limit: number; cursor?: string }) {
-  let q = exec(ctx).selectFrom('credit_ledger').selectAll().where('org_id', '=', orgId(ctx));
-  if (input.cursor) {
-    const [at, id] = decodeCursor(input.cursor, 2) as [string, string];
-    q = q.where((eb) => eb.or([eb('created_at', '<', at), eb.and([eb('created_at', '=', at), eb('id', '<', id)])]));
-  }
-  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(input.limit + 1).execute();
-  const p = toPage(rows, input.limit, (r) => [r.created_at, r.id]);
+  const q = exec(ctx).selectFrom('credit_ledger').selectAll().where('org_id', '=', orgId(ctx));
+  const p = await newestFirstPage(q, { time: 'created_at', id: 'id' }, input);
   const items: CreditEntry[] = p.items.map((r) => ({
     id: r.id,
     kind: r.kind,

@@ -5,7 +5,7 @@ import { exec, isOrgAdmin, orgId, withTx, type Ctx, type Deps, type Principal } 
 import { sha256Hex } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
-import { decodeCursor, toPage } from '../../platform/http/pagination.js';
+import { newestFirstPage } from '../../platform/db/pages.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
 import { ALL_SCOPES, expandScopes, isValidScopePattern, ROLE_SCOPES, type Role, type Scope } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
@@ -209,12 +209,7 @@ function visibleKeys(ctx: Ctx) {
 export async function listApiKeys(ctx: Ctx, input: { limit: number; cursor?: string; includeRevoked: boolean }) {
   let q = visibleKeys(ctx);
   if (!input.includeRevoked) q = q.where('revoked_at', 'is', null);
-  if (input.cursor) {
-    const [at, id] = decodeCursor(input.cursor, 2) as [string, string];
-    q = q.where((eb) => eb.or([eb('created_at', '<', at), eb.and([eb('created_at', '=', at), eb('id', '<', id)])]));
-  }
-  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(input.limit + 1).execute();
-  const p = toPage(rows, input.limit, (r) => [r.created_at, r.id]);
+  const p = await newestFirstPage(q, { time: 'created_at', id: 'id' }, input);
   return { items: p.items.map(toApiKey), hasMore: p.hasMore, nextCursor: p.nextCursor };
 }
 
