@@ -38,7 +38,7 @@ describe('API keys and authentication', () => {
       expect(key).toMatchObject({
         name: 'ci deploy',
         environment: 'live',
-        scopes: ['api_keys:read', 'activity:read'],
+        scopes: ['activity:read', 'api_keys:read'],
         userId: admin.userId,
         lastUsedAt: null,
         expiresAt: null,
@@ -180,8 +180,11 @@ describe('API keys and authentication', () => {
       const billing = await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { 'x-api-key': json(res).data.key } });
       expect(billing.statusCode).toBe(403);
 
+      // An admin holds everything `*` matches, so the key keeps `*` and will cover scopes added later.
       const admins = await createKey(admin.headers, { name: 'admin everything', scopes: ['*'] });
-      expect(new Set(json(admins).data.scopes)).toEqual(ROLE_SCOPES.admin);
+      expect(json(admins).data.scopes).toEqual(['*']);
+      const me = json(await h.app.inject({ method: 'GET', url: '/v1/me', headers: { 'x-api-key': json(admins).data.key } }));
+      expect(new Set(me.data.scopes)).toEqual(new Set([...ROLE_SCOPES.admin]));
     });
 
     it('a narrow key cannot mint a wider one', async () => {
@@ -204,7 +207,9 @@ describe('API keys and authentication', () => {
     it('a prefix wildcard expands to the matching scopes', async () => {
       const res = await createKey(admin.headers, { name: 'storage', scopes: ['storage:*'] });
       expect(res.statusCode).toBe(201);
-      expect(json(res).data.scopes).toEqual(['storage:read', 'storage:write']);
+      expect(json(res).data.scopes).toEqual(['storage:*']);
+      const me = json(await h.app.inject({ method: 'GET', url: '/v1/me', headers: { 'x-api-key': json(res).data.key } }));
+      expect(me.data.scopes).toEqual(['storage:read', 'storage:write']);
     });
 
     it('a key loses what its owner loses', async () => {

@@ -146,22 +146,25 @@ function toApiKey(row: Selectable<ApiKeysTable>): ApiKey {
 }
 
 /**
- * The concrete scopes a new key gets. A named scope the caller lacks is refused; a wildcard grants only
- * the matching scopes the caller holds (refused when that is none). Keys store concrete scopes, so a
- * `*` key made by a narrower credential can never widen to its owner's whole role later.
+ * The scopes a new key gets. A pattern whose every match the caller holds is kept as written, so `*` from
+ * an admin keeps meaning "all my role allows", including scopes added in later versions. A wildcard the
+ * caller holds only in part becomes the concrete scopes it does hold; a named scope not held is a 403.
  */
-function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]): Scope[] {
+function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]): string[] {
+  const kept: string[] = [];
   const granted = new Set<Scope>();
   const refused: string[] = [];
-  for (const pattern of patterns) {
+  for (const pattern of new Set(patterns)) {
     const matching = [...expandScopes([pattern])];
     const mine = matching.filter((s) => held.has(s));
     const wildcard = pattern === '*' || pattern.endsWith(':*');
-    if (wildcard ? mine.length === 0 : mine.length < matching.length) refused.push(pattern);
-    mine.forEach((s) => granted.add(s));
+    if (mine.length === matching.length) kept.push(pattern);
+    else if (wildcard && mine.length > 0) mine.forEach((s) => granted.add(s));
+    else refused.push(pattern);
   }
   if (refused.length) throw errors.forbidden(`cannot grant scopes you do not hold: ${refused.join(', ')}`);
-  return ALL_SCOPES.filter((s) => granted.has(s));
+  const covered = expandScopes(kept);
+  return [...kept, ...ALL_SCOPES.filter((s) => granted.has(s) && !covered.has(s))];
 }
 
 /** Creates an API key for the caller; a key never holds a scope its creator lacks. The secret is returned once. */

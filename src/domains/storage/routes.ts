@@ -214,8 +214,14 @@ export async function storageRoutes(app: App, deps: Deps) {
           }
           if (!part.filename) throw errors.invalidField(part.fieldname, 'file part needs a filename');
           const target = folder ? `${folder}/${part.filename}` : part.filename;
-          const result = await writeFile(req.ctx, req.params.id, target, part.file, { contentType: part.mimetype });
-          written.push(result.entry);
+          try {
+            written.push((await writeFile(req.ctx, req.params.id, target, part.file, { contentType: part.mimetype })).entry);
+          } catch (err) {
+            if (!(err instanceof AppError)) throw err;
+            // Earlier parts are committed; say which part failed and what was stored.
+            const stored = written.length ? ` (already stored: ${written.map((e) => e.path).join(', ')})` : '';
+            throw new AppError(err.code, `${target}: ${err.message}${stored}`, err.details, err.headers);
+          }
         }
         if (written.length === 0) throw errors.invalid('the form has no file parts');
         return reply.status(201).send(ok(req, written));

@@ -188,6 +188,26 @@ describe('upload limit and storage quota', () => {
     expect(json(ok).data[0].size).toBe(UPLOAD_LIMIT);
   });
 
+  it('a multipart form whose second file is too large keeps the first and says which part failed', async () => {
+    const admin = await createOrgAdmin(h);
+    const ws = admin.personalWorkspaceId;
+    const form = multipart([
+      { name: 'path', value: 'batch' },
+      { name: 'file', filename: 'small.bin', data: randomBytes(10) },
+      { name: 'file', filename: 'huge.bin', data: randomBytes(UPLOAD_LIMIT + 1) },
+    ]);
+    const res = await h.app.inject({
+      method: 'POST',
+      url: `/v1/workspaces/${ws}/files`,
+      headers: { ...admin.headers, 'content-type': form.contentType },
+      payload: form.payload,
+    });
+    expect(res.statusCode).toBe(413);
+    expect(json(res).error.message).toMatch(/^batch\/huge\.bin: .*\(already stored: batch\/small\.bin\)$/);
+    const list = json(await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/files?path=batch`, headers: admin.headers })).data;
+    expect(list.map((e: { name: string }) => e.name)).toEqual(['small.bin']);
+  });
+
   it('an upload past the organization’s quota is 413 quota_exceeded, with no entry, no blob and usage unchanged', async () => {
     const admin = await createOrgAdmin(h);
     const ws = admin.personalWorkspaceId;
