@@ -121,6 +121,7 @@ async function token(config: Config, opts: { user?: string; ttl?: string }) {
 }
 
 async function main(argv: string[]) {
+  if (argv[0] === '--help' || argv[0] === '-h') argv = ['help'];
   const [command, ...rest] = argv;
   const sub = command === 'keys' ? rest.shift() : undefined;
   const { values } = parseArgs({
