@@ -3,6 +3,7 @@ import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
 import { activityRoutes } from './domains/activity/index.js';
 import { billingRoutes } from './domains/billing/index.js';
+import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
 import { storageRoutes } from './domains/storage/index.js';
@@ -11,13 +12,14 @@ import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
 import { openDb } from './platform/db/index.js';
 import { migrateToLatest } from './platform/db/migrate.js';
+import { createIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes],
+  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes],
   auth: [],
   tools: [],
   billing: [billingRoutes],
@@ -27,9 +29,10 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
 /** Opens storage, runs migrations and builds the collaborators every request shares. */
 export async function createDeps(config: Config, log?: Logger): Promise<Deps> {
   const logger = log ?? pino({ level: config.logLevel, base: undefined });
+  const isolation = await createIsolation();
   const db = await openDb(config.database);
   try {
-    await migrateToLatest(db.kysely);
+    await migrateToLatest(db.kysely, db.dialect);
   } catch (err) {
     await db.close();
     throw err;
@@ -40,6 +43,7 @@ export async function createDeps(config: Config, log?: Logger): Promise<Deps> {
     blobs: new LocalBlobStore(path.join(config.dataDir, 'blobs')),
     bus: createBus(config.redisUrl),
     log: logger,
+    isolation,
   };
 }
 

@@ -1,5 +1,5 @@
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig } from './config.js';
@@ -47,6 +47,20 @@ describe('configuration', () => {
   it('selects PostgreSQL from DATABASE_URL, with an optional schema', () => {
     const c = parseConfig({ HANGAR_DATA_DIR: dir(), HANGAR_SECRET_KEY: key, DATABASE_URL: 'postgres://u@db:5432/hangar?schema=tenant_a' });
     expect(c.database).toEqual({ kind: 'postgres', url: 'postgres://u@db:5432/hangar', schema: 'tenant_a' });
+  });
+
+  it('code execution limits: defaults from the machine, bounds checked, languages listed', () => {
+    const d = dir();
+    const c = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key });
+    expect(c.execute).toMatchObject({ concurrency: availableParallelism(), queue: 4 * availableParallelism(), maxRunTimeoutMs: 30_000, languages: null });
+    expect(Object.isFrozen(c.execute)).toBe(true);
+    const custom = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_EXECUTE_CONCURRENCY: '3', HANGAR_EXECUTE_LANGUAGES: ' Python, go ,' });
+    expect(custom.execute).toMatchObject({ concurrency: 3, queue: 12, languages: ['python', 'go'] });
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_EXECUTE_CONCURRENCY: '0' })).setting).toBe(
+      'HANGAR_EXECUTE_CONCURRENCY',
+    );
+    const tooBig = { HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_EXECUTE_RUN_MEMORY_BYTES: String(4 * 1024 ** 3) };
+    expect(errorOf(() => parseConfig(tooBig)).setting).toBe('HANGAR_EXECUTE_MAX_MEMORY_BYTES');
   });
 
   it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 
@@ -19,6 +20,8 @@ export class ConfigError extends Error {
 
 const intFrom = (min: number, max: number) =>
   z.coerce.number().int().min(min).max(max);
+
+const MIB = 1024 * 1024;
 
 const EnvSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -42,6 +45,17 @@ const EnvSchema = z.object({
   HANGAR_STORAGE_QUOTA_BYTES: intFrom(0, 1024 ** 5).default(1024 * 1024 * 1024),
   HANGAR_SIGNUP_CREDITS_CENTS: intFrom(0, 1_000_000_00).default(500),
   HANGAR_VALIDATE_RESPONSES: z.enum(['true', 'false', '1', '0']).optional(),
+  HANGAR_EXECUTE_CONCURRENCY: intFrom(1, 1024).optional(),
+  HANGAR_EXECUTE_QUEUE: intFrom(0, 100_000).optional(),
+  HANGAR_EXECUTE_MAX_RUN_TIMEOUT_MS: intFrom(1, 3_600_000).default(30_000),
+  HANGAR_EXECUTE_MAX_COMPILE_TIMEOUT_MS: intFrom(1, 3_600_000).default(60_000),
+  HANGAR_EXECUTE_RUN_MEMORY_BYTES: intFrom(MIB, 1024 ** 4).default(256 * MIB),
+  HANGAR_EXECUTE_COMPILE_MEMORY_BYTES: intFrom(MIB, 1024 ** 4).default(1024 * MIB),
+  HANGAR_EXECUTE_MAX_MEMORY_BYTES: intFrom(MIB, 1024 ** 4).default(2048 * MIB),
+  HANGAR_EXECUTE_OUTPUT_LIMIT_BYTES: intFrom(1, 1024 ** 3).default(64 * 1024),
+  HANGAR_EXECUTE_MAX_PROCESSES: intFrom(1, 100_000).default(128),
+  HANGAR_EXECUTE_FILE_SIZE_BYTES: intFrom(1, 1024 ** 4).default(64 * MIB),
+  HANGAR_EXECUTE_LANGUAGES: z.string().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -63,6 +77,30 @@ export type Config = Readonly<{
   signupCreditsCents: number;
   validateResponses: boolean;
   logLevel: string;
+  execute: ExecuteConfig;
+}>;
+
+/** Limits of one-shot code execution (`POST /v1/execute`). */
+export type ExecuteConfig = Readonly<{
+  /** Executions running at once; more wait in the queue. */
+  concurrency: number;
+  /** Executions waiting for a slot; beyond this a request is refused with 429. */
+  queue: number;
+  maxRunTimeoutMs: number;
+  maxCompileTimeoutMs: number;
+  /** Memory limit of the run step and of the compile step when the request names none. */
+  runMemoryBytes: number;
+  compileMemoryBytes: number;
+  /** The most a request may ask for, either step. */
+  maxMemoryBytes: number;
+  /** stdout and stderr of each step are each cut at this many bytes. */
+  outputLimitBytes: number;
+  /** Processes and threads alive at once in one sandbox. */
+  maxProcesses: number;
+  /** Largest file a program may write. */
+  fileSizeBytes: number;
+  /** Languages offered (canonical names), or null for every installed one. */
+  languages: readonly string[] | null;
 }>;
 
 export function parseServices(value: string | undefined): ServiceName[] {
@@ -136,6 +174,11 @@ export function parseConfig(
   if ((e.HANGAR_OIDC_ISSUER && !e.HANGAR_OIDC_AUDIENCE) || (!e.HANGAR_OIDC_ISSUER && e.HANGAR_OIDC_AUDIENCE)) {
     throw new ConfigError('HANGAR_OIDC_ISSUER', 'HANGAR_OIDC_ISSUER and HANGAR_OIDC_AUDIENCE must be set together');
   }
+  if (e.HANGAR_EXECUTE_RUN_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES || e.HANGAR_EXECUTE_COMPILE_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES) {
+    throw new ConfigError('HANGAR_EXECUTE_MAX_MEMORY_BYTES', 'must be at least HANGAR_EXECUTE_RUN_MEMORY_BYTES and HANGAR_EXECUTE_COMPILE_MEMORY_BYTES');
+  }
+  const concurrency = e.HANGAR_EXECUTE_CONCURRENCY ?? availableParallelism();
+  const languages = e.HANGAR_EXECUTE_LANGUAGES?.split(',').map((l) => l.trim().toLowerCase()).filter(Boolean);
   const host = e.HOST === '0.0.0.0' || e.HOST === '::' ? '127.0.0.1' : e.HOST;
   const local = `http://${host.includes(':') ? `[${host}]` : host}:${e.PORT}`;
   const urls = {
@@ -170,6 +213,19 @@ export function parseConfig(
     signupCreditsCents: e.HANGAR_SIGNUP_CREDITS_CENTS,
     validateResponses: e.HANGAR_VALIDATE_RESPONSES === 'true' || e.HANGAR_VALIDATE_RESPONSES === '1',
     logLevel: e.LOG_LEVEL,
+    execute: Object.freeze({
+      concurrency,
+      queue: e.HANGAR_EXECUTE_QUEUE ?? 4 * concurrency,
+      maxRunTimeoutMs: e.HANGAR_EXECUTE_MAX_RUN_TIMEOUT_MS,
+      maxCompileTimeoutMs: e.HANGAR_EXECUTE_MAX_COMPILE_TIMEOUT_MS,
+      runMemoryBytes: e.HANGAR_EXECUTE_RUN_MEMORY_BYTES,
+      compileMemoryBytes: e.HANGAR_EXECUTE_COMPILE_MEMORY_BYTES,
+      maxMemoryBytes: e.HANGAR_EXECUTE_MAX_MEMORY_BYTES,
+      outputLimitBytes: e.HANGAR_EXECUTE_OUTPUT_LIMIT_BYTES,
+      maxProcesses: e.HANGAR_EXECUTE_MAX_PROCESSES,
+      fileSizeBytes: e.HANGAR_EXECUTE_FILE_SIZE_BYTES,
+      languages: languages?.length ? Object.freeze(languages) : null,
+    }),
   });
 }
 

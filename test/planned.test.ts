@@ -12,7 +12,7 @@ describe('parts of the spec not built yet', () => {
 
   it('answer 501 not_implemented naming the feature, not a bare 404', async () => {
     for (const [method, url, feature] of [
-      ['POST', '/v1/execute', 'code execution'],
+      ['POST', '/v1/templates', 'templates'],
       ['GET', '/v1/threads', 'threads'],
       ['GET', '/v1/sandboxes/abc/activity', 'sandboxes'],
       ['GET', '/v1/billing/plan', 'billing'],

@@ -5,6 +5,7 @@ import type { Database } from '../database.js';
 import type { BlobStore } from './blobs/index.js';
 import type { Bus } from './bus/index.js';
 import type { Db, Executor } from './db/index.js';
+import type { Isolation } from './isolation/types.js';
 import { errors } from './http/errors.js';
 import type { Role, Scope } from './scopes.js';
 
@@ -15,6 +16,8 @@ export interface Deps {
   blobs: BlobStore;
   bus: Bus;
   log: Logger;
+  /** Sandboxes for code execution; `available` is false (with the reason) on a host that cannot isolate. */
+  isolation: Isolation;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */

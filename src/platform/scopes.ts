@@ -16,6 +16,7 @@ export const SCOPES = {
   'billing:read': 'Read credits, plan and usage (organization admins)',
   'billing:write': 'Top up credits and change billing settings (organization admins)',
   'credentials:admin': 'Manage OAuth provider configs and organization credentials',
+  'execute:run': 'Run code in one-shot sandboxes (POST /v1/execute)',
   'agent:read': 'Read agents, runs and threads',
   'agent:run': 'Run agents and change threads',
   'runmesh:read': 'Read device mesh nodes',

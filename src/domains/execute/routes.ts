@@ -1,0 +1,71 @@
+import { z } from 'zod';
+import type { Deps } from '../../platform/context.js';
+import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
+import type { App } from '../../platform/http/server.js';
+import { CancelledError } from './pool.js';
+import { ExecuteBody, ExecutionResult, Runtime } from './schemas.js';
+import { createExecutor, executeCode, listRuntimes } from './service.js';
+
+const tags = ['code execution'];
+
+export async function executeRoutes(app: App, deps: Deps) {
+  const executor = await createExecutor(deps);
+  app.addHook('onClose', () => executor.close());
+
+  app.post(
+    '/v1/execute',
+    {
+      config: { scope: 'execute:run' },
+      schema: {
+        tags,
+        summary: 'Run a program in a one-shot sandbox',
+        description: [
+          'Compiles (where the language needs it) and runs the program in a fresh, isolated sandbox with no network, then deletes it. ',
+          'The answer is the result itself, with no envelope; its `X-Execution-Id` header names the `code_execution` whose activity events ',
+          '(`code_execution.started`, then `.completed` for exit code 0 or `.failed`) `GET /v1/activity?code_execution_id=` lists. ',
+          'A program that fails, times out or exceeds its memory is still a 200: `status` and `message` of each step say what happened. ',
+          'Every bad field is a 400 naming it; 429 `rate_limited` (with `Retry-After`) when every execution slot and queue place is taken; ',
+          '503 `service_unavailable` when this server has no working sandbox. A client that disconnects cancels its execution.',
+        ].join(''),
+        body: ExecuteBody,
+        response: { 200: ExecutionResult, ...errorResponses, 503: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      const controller = new AbortController();
+      const onClose = () => {
+        if (!reply.raw.writableFinished) controller.abort();
+      };
+      reply.raw.once('close', onClose);
+      try {
+        const { id, result } = await executeCode(req.ctx, executor, req.body, controller.signal);
+        reply.header('x-execution-id', id);
+        return result;
+      } catch (err) {
+        // Nobody is left to answer; the activity log has the cancellation.
+        if (err instanceof CancelledError) {
+          reply.hijack();
+          reply.raw.destroy();
+          return;
+        }
+        throw err;
+      } finally {
+        reply.raw.off('close', onClose);
+      }
+    },
+  );
+
+  app.get(
+    '/v1/runtimes',
+    {
+      schema: {
+        tags,
+        summary: 'Installed languages and versions',
+        description:
+          'One entry per installed version, detected from this server’s toolchains at start-up. A language whose toolchain is missing is absent, and `POST /v1/execute` refuses it with a 400.',
+        response: { 200: envelope(z.array(Runtime)), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, listRuntimes(executor)),
+  );
+}
