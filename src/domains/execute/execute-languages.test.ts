@@ -140,6 +140,7 @@ describe.skipIf(!isolation.available)('execute: every language', () => {
         expect(body.run.memory_kb).toBeGreaterThan(0);
         if (COMPILED.has(language)) expect(body.compile).toMatchObject({ code: 0, signal: null, status: 'exited' });
         else expect(body.compile).toBeUndefined();
+        expect(Object.keys(body)).toEqual(COMPILED.has(language) ? ['language', 'version', 'compile', 'run'] : ['language', 'version', 'run']);
       });
 
       it('echoes stdin', async () => {

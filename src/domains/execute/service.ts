@@ -391,8 +391,9 @@ export async function executeCode(
     slot.release();
   }
 
-  const result: ExecutionResult = { language: lang.name, version: tc.version, run };
-  if (lang.compiled && compile) result.compile = compile;
+  // Key order as the spec lists the fields: language, version, compile (compiled languages), run.
+  const result: ExecutionResult =
+    lang.compiled && compile ? { language: lang.name, version: tc.version, compile, run } : { language: lang.name, version: tc.version, run };
   if (compile && !succeeded(compile)) {
     const outcome = compile.status === 'exited' ? 'compile_failed' : (compile.status as Outcome);
     await fail(outcome, `compile step ${outcomeText(compile)}`, 'warning', { compileExitCode: compile.code, compileStatus: compile.status });
