@@ -12,7 +12,7 @@ import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
 import { openDb } from './platform/db/index.js';
 import { migrateToLatest } from './platform/db/migrate.js';
-import { createIsolation } from './platform/isolation/index.js';
+import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
@@ -26,10 +26,17 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
   storage: [storageRoutes],
 };
 
-/** Opens storage, runs migrations and builds the collaborators every request shares. */
-export async function createDeps(config: Config, log?: Logger): Promise<Deps> {
-  const logger = log ?? pino({ level: config.logLevel, base: undefined });
-  const isolation = await createIsolation();
+/**
+ * Opens storage, runs migrations and builds the collaborators every request shares. The sandbox layer is
+ * started only where code can run: a process serving the orchestrator, unless the caller (a CLI command
+ * that serves nothing) says it needs none.
+ */
+export async function createDeps(config: Config, opts: { log?: Logger; isolation?: boolean } = {}): Promise<Deps> {
+  const logger = opts.log ?? pino({ level: config.logLevel, base: undefined });
+  const isolation =
+    opts.isolation !== false && config.services.includes('orchestrator')
+      ? await createIsolation()
+      : unavailableIsolation('this process does not serve code execution (orchestrator service)');
   const db = await openDb(config.database);
   try {
     await migrateToLatest(db.kysely, db.dialect);

@@ -21,7 +21,7 @@ Configuration comes from the environment: see README.md.`;
 class CliError extends Error {}
 
 async function withDeps<T>(config: Config, fn: (deps: Deps) => Promise<T>): Promise<T> {
-  const deps = await openDeps(config);
+  const deps = await openDeps(config, false);
   try {
     return await fn(deps);
   } finally {
@@ -29,9 +29,9 @@ async function withDeps<T>(config: Config, fn: (deps: Deps) => Promise<T>): Prom
   }
 }
 
-async function openDeps(config: Config): Promise<Deps> {
+async function openDeps(config: Config, isolation = true): Promise<Deps> {
   try {
-    return await createDeps(config);
+    return await createDeps(config, { isolation });
   } catch (err) {
     const setting = config.database.kind === 'postgres' ? 'DATABASE_URL' : 'HANGAR_DATA_DIR';
     throw new CliError(`cannot open the database (${setting}): ${(err as Error).message}`);

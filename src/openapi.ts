@@ -10,6 +10,7 @@ export async function generateOpenApi(): Promise<Record<string, unknown>> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-openapi-'));
   const deps = await createDeps(
     parseConfig({ HANGAR_DATA_DIR: dataDir, LOG_LEVEL: 'silent', HANGAR_SECRET_KEY: randomBytes(32).toString('hex') }),
+    { isolation: false }, // documenting routes runs no code
   );
   try {
     const app = await buildApp(deps);
