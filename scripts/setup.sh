@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Machine setup for code execution: installs bubblewrap and the language toolchains from Debian, then
-# builds the native isolation helpers (native/ -> native/build/). Idempotent and non-interactive; a second
+# Machine setup for code execution and sandboxes: installs bubblewrap, runc and the language toolchains from
+# Debian, then builds the native isolation helpers and the sandbox agent (native/ -> native/build/). Idempotent and non-interactive; a second
 # run checks installed packages with one dpkg-query call and rebuilds nothing, so it costs well under a
 # second. Wired to `npm install` (postinstall) and `npm test` (pretest).
 #
@@ -24,6 +24,8 @@ PACKAGES=(
   rustc                   # Debian's rustc (the one in /root/.cargo is unreadable by the sandbox user)
   gcc g++ libc6-dev       # C, C++ (libc6-dev also gives libc.a for the static reaper)
   openjdk-17-jdk-headless # java, javac
+  runc                    # persistent sandboxes (OCI containers)
+  nftables iproute2       # sandbox networking: bridge, veth, NAT and the host-protecting rules
 )
 
 install_packages() {
@@ -79,12 +81,35 @@ build() {
   fi
 }
 
+# build_agent: the sandbox agent (PID 1 of every persistent sandbox), a static Go binary that uses the
+# standard library only, so it builds offline. Rebuilt when missing or older than any *.go file or go.mod
+# in native/sandbox-agent; written to a temporary file first, like build.
+build_agent() {
+  local dir=native/sandbox-agent out=native/build/hangar-agent
+  if ! command -v go >/dev/null 2>&1; then
+    warn "go is missing: cannot build the sandbox agent (persistent sandboxes will be unavailable)"
+    return 0
+  fi
+  if [ -x "$out" ] && [ -z "$(find "$dir" -maxdepth 1 \( -name '*.go' -o -name go.mod \) -newer "$out" -print -quit)" ]; then
+    return 0
+  fi
+  local tmp="$PWD/$out.tmp.$$"
+  if (cd "$dir" && CGO_ENABLED=0 GOCACHE=/tmp/hangar-go-cache GOFLAGS=-mod=mod GOPROXY=off \
+        go build -trimpath -ldflags='-s -w' -o "$tmp" .); then
+    mv -f "$tmp" "$out" && info "built $out"
+  else
+    rm -f "$tmp"
+    warn "building the sandbox agent failed: persistent sandboxes will be unavailable"
+  fi
+}
+
 build_native() {
+  mkdir -p native/build
+  build_agent
   if ! command -v gcc >/dev/null 2>&1; then
     warn "gcc is missing: cannot build the native isolation helpers"
     return 0
   fi
-  mkdir -p native/build
   build native/launcher.c native/build/hangar-launcher \
     || warn "building the launcher failed: code execution will be unavailable"
   # The reaper runs inside the sandbox: static, so it needs nothing from the sandbox's /lib and adds

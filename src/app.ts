@@ -6,7 +6,9 @@ import { billingRoutes } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
+import { sandboxRoutes } from './domains/sandboxes/index.js';
 import { storageRoutes } from './domains/storage/index.js';
+import { templateRoutes } from './domains/templates/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -14,12 +16,16 @@ import { openDb } from './platform/db/index.js';
 import { migrateToLatest } from './platform/db/migrate.js';
 import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
+import { base62 } from './platform/ids.js';
+import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
+import type { Kysely } from 'kysely';
+import type { Database } from './database.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes],
+  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes],
   auth: [],
   tools: [],
   billing: [billingRoutes],
@@ -38,12 +44,18 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
       ? await createIsolation()
       : unavailableIsolation('this process does not serve code execution (orchestrator service)');
   const db = await openDb(config.database);
+  let installId: string;
   try {
     await migrateToLatest(db.kysely, db.dialect);
+    installId = await ensureInstallId(db.kysely);
   } catch (err) {
     await db.close();
     throw err;
   }
+  const sandboxes =
+    opts.isolation !== false && config.services.includes('orchestrator')
+      ? await createSandboxRuntime(config.sandboxes, installId, logger)
+      : unavailableSandboxRuntime('this process does not serve sandboxes (orchestrator service)');
   return {
     config,
     db,
@@ -51,10 +63,25 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     bus: createBus(config.redisUrl),
     log: logger,
     isolation,
+    sandboxes,
+    installId,
   };
 }
 
+/** The installation's id, made once: it keeps this installation's containers apart from another's on a shared host. */
+async function ensureInstallId(db: Kysely<Database>): Promise<string> {
+  const row = await db.selectFrom('system_settings').select('value').where('key', '=', 'install_id').executeTakeFirst();
+  if (row) return row.value;
+  await db
+    .insertInto('system_settings')
+    .values({ key: 'install_id', value: `i${base62(11).toLowerCase()}` })
+    .onConflict((oc) => oc.column('key').doNothing())
+    .execute();
+  return (await db.selectFrom('system_settings').select('value').where('key', '=', 'install_id').executeTakeFirstOrThrow()).value;
+}
+
 export async function closeDeps(deps: Deps): Promise<void> {
+  await deps.sandboxes.close();
   await deps.bus.close();
   await deps.db.close();
 }

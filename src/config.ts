@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 
@@ -56,6 +56,19 @@ const EnvSchema = z.object({
   HANGAR_EXECUTE_MAX_PROCESSES: intFrom(1, 100_000).default(128),
   HANGAR_EXECUTE_FILE_SIZE_BYTES: intFrom(1, 1024 ** 4).default(64 * MIB),
   HANGAR_EXECUTE_LANGUAGES: z.string().optional(),
+  HANGAR_SANDBOX_DIR: z.string().min(1).default('/var/lib/hangar/sandboxes'),
+  HANGAR_NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'letters, digits, ".", "_" and "-", at most 64').optional(),
+  HANGAR_SANDBOX_MAX_RUNNING: intFrom(0, 100_000).default(10),
+  HANGAR_SANDBOX_DEFAULT_CPU: z.coerce.number().positive().max(1024).default(1),
+  HANGAR_SANDBOX_MAX_CPU: z.coerce.number().positive().max(1024).default(2),
+  HANGAR_SANDBOX_DEFAULT_MEMORY_MB: intFrom(16, 1024 * 1024).default(512),
+  HANGAR_SANDBOX_MAX_MEMORY_MB: intFrom(16, 1024 * 1024).default(4096),
+  HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS: intFrom(0, 30 * 86_400).default(900),
+  HANGAR_SANDBOX_MAX_IDLE_SECONDS: intFrom(0, 30 * 86_400).default(86_400),
+  HANGAR_SANDBOX_MAX_PROCESSES: intFrom(16, 1_000_000).default(1024),
+  HANGAR_SANDBOX_SUBNET: z.string().regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet').default('10.89.0.0/16'),
+  HANGAR_TEMPLATE_PREBUILD: z.enum(['true', 'false', '1', '0']).default('true'),
+  HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS: intFrom(10, 86_400).default(1800),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -78,6 +91,30 @@ export type Config = Readonly<{
   validateResponses: boolean;
   logLevel: string;
   execute: ExecuteConfig;
+  sandboxes: SandboxConfig;
+}>;
+
+/** Persistent sandboxes and template builds (runc). */
+export type SandboxConfig = Readonly<{
+  /** Root of layers, sandbox upper layers and bundles; survives restarts. */
+  dir: string;
+  /** This host's name among replicas; a sandbox lives on the node that created it. */
+  nodeId: string;
+  /** Running sandboxes per organization; more are refused with 429 limit_exceeded. */
+  maxRunningPerOrg: number;
+  defaultCpu: number;
+  maxCpu: number;
+  defaultMemoryMb: number;
+  maxMemoryMb: number;
+  /** Seconds without API use after which a sandbox pauses itself (0 = never). */
+  defaultIdleSeconds: number;
+  maxIdleSeconds: number;
+  maxProcesses: number;
+  /** Second octet of the 10.N.0.0/16 network that sandboxes with network on use. */
+  subnetOctet: number;
+  /** Build the system templates that need a build (desktop-ubuntu) at start-up. */
+  prebuildTemplates: boolean;
+  buildTimeoutSeconds: number;
 }>;
 
 /** Limits of one-shot code execution (`POST /v1/execute`). */
@@ -177,6 +214,11 @@ export function parseConfig(
   if (e.HANGAR_EXECUTE_RUN_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES || e.HANGAR_EXECUTE_COMPILE_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES) {
     throw new ConfigError('HANGAR_EXECUTE_MAX_MEMORY_BYTES', 'must be at least HANGAR_EXECUTE_RUN_MEMORY_BYTES and HANGAR_EXECUTE_COMPILE_MEMORY_BYTES');
   }
+  if (e.HANGAR_SANDBOX_DEFAULT_CPU > e.HANGAR_SANDBOX_MAX_CPU) throw new ConfigError('HANGAR_SANDBOX_MAX_CPU', 'must be at least HANGAR_SANDBOX_DEFAULT_CPU');
+  if (e.HANGAR_SANDBOX_DEFAULT_MEMORY_MB > e.HANGAR_SANDBOX_MAX_MEMORY_MB) throw new ConfigError('HANGAR_SANDBOX_MAX_MEMORY_MB', 'must be at least HANGAR_SANDBOX_DEFAULT_MEMORY_MB');
+  if (e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS > e.HANGAR_SANDBOX_MAX_IDLE_SECONDS && e.HANGAR_SANDBOX_MAX_IDLE_SECONDS !== 0) throw new ConfigError('HANGAR_SANDBOX_MAX_IDLE_SECONDS', 'must be at least HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS');
+  const subnetOctet = Number(/^10\.(\d{1,3})\./.exec(e.HANGAR_SANDBOX_SUBNET)![1]);
+  if (subnetOctet > 255) throw new ConfigError('HANGAR_SANDBOX_SUBNET', 'must be a 10.N.0.0/16 subnet with N at most 255');
   const concurrency = e.HANGAR_EXECUTE_CONCURRENCY ?? availableParallelism();
   const languages = e.HANGAR_EXECUTE_LANGUAGES?.split(',').map((l) => l.trim().toLowerCase()).filter(Boolean);
   const host = e.HOST === '0.0.0.0' || e.HOST === '::' ? '127.0.0.1' : e.HOST;
@@ -225,6 +267,21 @@ export function parseConfig(
       maxProcesses: e.HANGAR_EXECUTE_MAX_PROCESSES,
       fileSizeBytes: e.HANGAR_EXECUTE_FILE_SIZE_BYTES,
       languages: languages?.length ? Object.freeze(languages) : null,
+    }),
+    sandboxes: Object.freeze({
+      dir: path.resolve(e.HANGAR_SANDBOX_DIR),
+      nodeId: e.HANGAR_NODE_ID ?? (hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64) || 'node'),
+      maxRunningPerOrg: e.HANGAR_SANDBOX_MAX_RUNNING,
+      defaultCpu: e.HANGAR_SANDBOX_DEFAULT_CPU,
+      maxCpu: e.HANGAR_SANDBOX_MAX_CPU,
+      defaultMemoryMb: e.HANGAR_SANDBOX_DEFAULT_MEMORY_MB,
+      maxMemoryMb: e.HANGAR_SANDBOX_MAX_MEMORY_MB,
+      defaultIdleSeconds: e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS,
+      maxIdleSeconds: e.HANGAR_SANDBOX_MAX_IDLE_SECONDS,
+      maxProcesses: e.HANGAR_SANDBOX_MAX_PROCESSES,
+      subnetOctet: subnetOctet,
+      prebuildTemplates: e.HANGAR_TEMPLATE_PREBUILD === 'true' || e.HANGAR_TEMPLATE_PREBUILD === '1',
+      buildTimeoutSeconds: e.HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS,
     }),
   });
 }

@@ -122,6 +122,70 @@ export interface CreditLedgerTable {
   created_at: string;
 }
 
+export interface SystemSettingsTable {
+  key: string;
+  value: string;
+}
+
+export interface TemplatesTable {
+  id: string;
+  owner: string;
+  slug: string;
+  name: string;
+  status: 'pending' | 'building' | 'ready' | 'failed';
+  progress: number;
+  os: string;
+  source: 'base' | 'builder' | 'dockerfile';
+  request: string;
+  plan: string;
+  parent_id: string | null;
+  env: string;
+  workdir: string | null;
+  error: string | null;
+  node_id: string | null;
+  created_by_user_id: string | null;
+  created_at: string;
+  updated_at: string;
+  build_started_at: string | null;
+  build_finished_at: string | null;
+}
+
+export type SandboxState = 'starting' | 'running' | 'paused' | 'stopped' | 'error' | 'destroyed';
+
+export interface SandboxesTable {
+  id: string;
+  org_id: string;
+  name: string;
+  template_id: string;
+  template_slug: string;
+  state: SandboxState;
+  node_id: string;
+  uid: number | null;
+  network: number;
+  cpu: number;
+  memory_mb: number;
+  idle_timeout_seconds: number;
+  env: string;
+  metadata: string;
+  error: string | null;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+  last_active_at: string;
+  destroyed_at: string | null;
+}
+
+export interface SandboxRuntimeTable {
+  id: string;
+  org_id: string;
+  sandbox_id: string;
+  cpu: number;
+  memory_mb: number;
+  started_at: string;
+  ended_at: string | null;
+  seconds: number | null;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -133,4 +197,8 @@ export interface Database {
   workspace_files: WorkspaceFilesTable;
   storage_usage: StorageUsageTable;
   credit_ledger: CreditLedgerTable;
+  system_settings: SystemSettingsTable;
+  templates: TemplatesTable;
+  sandboxes: SandboxesTable;
+  sandbox_runtime: SandboxRuntimeTable;
 }

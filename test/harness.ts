@@ -37,6 +37,7 @@ export async function createHarness(env: Record<string, string | undefined> = {}
     DATABASE_URL: testDatabaseUrl ? `${testDatabaseUrl}${testDatabaseUrl.includes('?') ? '&' : '?'}schema=${schema}` : undefined,
     REDIS_URL: testRedisUrl,
     PORT: '0',
+    HANGAR_TEMPLATE_PREBUILD: 'false',
     ...env,
   });
   const deps = await createDeps(config);
@@ -47,6 +48,7 @@ export async function createHarness(env: Record<string, string | undefined> = {}
     dataDir,
     async close() {
       await app.close();
+      await deps.sandboxes.removeInstallation();
       await closeDeps(deps);
       if (schema && testDatabaseUrl) {
         const client = new pg.Client({ connectionString: testDatabaseUrl });

@@ -6,6 +6,7 @@ import type { BlobStore } from './blobs/index.js';
 import type { Bus } from './bus/index.js';
 import type { Db, Executor } from './db/index.js';
 import type { Isolation } from './isolation/types.js';
+import type { SandboxRuntime } from './sandboxes/types.js';
 import { errors } from './http/errors.js';
 import type { Role, Scope } from './scopes.js';
 
@@ -18,6 +19,10 @@ export interface Deps {
   log: Logger;
   /** Sandboxes for code execution; `available` is false (with the reason) on a host that cannot isolate. */
   isolation: Isolation;
+  /** Persistent sandboxes (runc); `available` is false (with the reason) where they cannot run. */
+  sandboxes: SandboxRuntime;
+  /** This installation's id (names its containers and layer folders on a host shared with others). */
+  installId: string;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */

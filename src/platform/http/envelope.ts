@@ -30,6 +30,7 @@ export const ErrorBody = z
       message: z.string(),
       requestId: z.string().optional(),
       issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+      state: z.string().optional().describe('The current state of the resource, on a 409 `invalid_state`'),
     }),
   })
   .meta({ id: 'Error' });

@@ -6,6 +6,7 @@ export const ERROR_STATUS = {
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,
+  invalid_state: 409,
   THREAD_BUSY: 409,
   connect_required: 409,
   payload_too_large: 413,
@@ -55,5 +56,9 @@ export const errors = {
   quotaExceeded: (message: string) => new AppError('quota_exceeded', message),
   rateLimited: (message: string, retryAfterSeconds?: number) =>
     new AppError('rate_limited', message, undefined, retryAfterSeconds ? { 'retry-after': String(retryAfterSeconds) } : undefined),
+  /** 409 for a transition that does not apply; `state` (the current one) is part of the error body. */
+  invalidState: (message: string, state: string) => new AppError('invalid_state', message, { state }),
+  limitExceeded: (message: string) => new AppError('limit_exceeded', message),
+  unavailable: (message: string) => new AppError('service_unavailable', message),
   notImplemented: (what: string) => new AppError('not_implemented', `${what} is not available in this version of Hangar`),
 };

@@ -4,8 +4,6 @@
  * tell "not built" from "wrong URL". Remove an entry when its routes land.
  */
 export const PLANNED: readonly { prefix: string; feature: string }[] = [
-  { prefix: '/v1/sandboxes', feature: 'persistent sandboxes' },
-  { prefix: '/v1/templates', feature: 'templates' },
   { prefix: '/v1/deployments', feature: 'deployments' },
   { prefix: '/v1/threads', feature: 'threads' },
   { prefix: '/v1/thread-events', feature: 'threads' },

@@ -39,12 +39,13 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
 function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
   if (err.headers) reply.headers(err.headers);
-  const body: { code: string; message: string; requestId: string; issues?: FieldIssue[] } = {
+  const body: { code: string; message: string; requestId: string; issues?: FieldIssue[]; state?: string } = {
     code: err.code,
     message: err.message,
     requestId: req.id,
   };
   if (err.details?.issues) body.issues = err.details.issues;
+  if (typeof err.details?.state === 'string') body.state = err.details.state;
   return reply.status(err.status).type('application/json').serializer(JSON.stringify).send({ error: body });
 }
 

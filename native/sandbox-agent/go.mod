@@ -1,0 +1,3 @@
+module hangar/sandbox-agent
+
+go 1.19

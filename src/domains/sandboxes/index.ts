@@ -1,0 +1,1 @@
+export { sandboxRoutes } from './routes.js';

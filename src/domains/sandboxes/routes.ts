@@ -1,0 +1,511 @@
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { Transform } from 'node:stream';
+import { z } from 'zod';
+import type { Deps } from '../../platform/context.js';
+import { envelope, ErrorBody, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
+import { errors } from '../../platform/http/errors.js';
+import { openEventStream, wantsEventStream } from '../../platform/http/sse.js';
+import type { App } from '../../platform/http/server.js';
+import { ActivityPage, ActivityQuery, listActivity, registerActivityResource } from '../activity/index.js';
+import { collect, startCommand, toProcess } from './commands.js';
+import { normalizeSandboxPath } from './paths.js';
+import {
+  CommandBody,
+  CommandResult,
+  CreateSandboxBody,
+  DeleteFileQuery,
+  FileEntry,
+  FolderBody,
+  KillBody,
+  ListSandboxesQuery,
+  MoveFileBody,
+  OutputQuery,
+  PathQuery,
+  Process,
+  ProcessOutput,
+  ProcessParams,
+  Sandbox,
+  SandboxParams,
+  StdinBody,
+} from './schemas.js';
+import {
+  agentOf,
+  canSeeSandbox,
+  createSandbox,
+  destroySandbox,
+  getSandbox,
+  listSandboxes,
+  pauseIdle,
+  pauseSandbox,
+  reconcile,
+  resumeSandbox,
+} from './service.js';
+
+registerActivityResource('sandbox', canSeeSandbox);
+
+const tags = ['sandboxes'];
+const IDLE_SWEEP_MS = 5_000;
+const withUnavailable = { ...errorResponses, 503: ErrorBody };
+
+export async function sandboxRoutes(app: App, deps: Deps) {
+  if (deps.sandboxes.available) {
+    const r = await reconcile(deps);
+    if (r.stopped || r.removed) deps.log.info(r, 'sandboxes reconciled with runc');
+    const sweep = setInterval(() => {
+      pauseIdle(deps).catch((err) => deps.log.warn({ err }, 'idle sweep failed'));
+    }, IDLE_SWEEP_MS);
+    sweep.unref();
+    app.addHook('onClose', async () => clearInterval(sweep));
+  }
+
+  app.post(
+    '/v1/sandboxes',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Create a sandbox',
+        description: [
+          'Starts a persistent sandbox from a ready template and answers once it can run commands (state `running`). ',
+          'Each sandbox is an OCI container run by runc: own namespaces, an unprivileged user (`user`, home /home/user), no capabilities, cgroup limits; ',
+          'its root filesystem is the template’s read-only layers under its own writable layer, kept across pause, resume and restarts of Hangar. ',
+          'States: starting → running ⇄ paused; stopped (its container is gone, e.g. after a host reboot: resume starts it again); error; destroyed. ',
+          '404 unknown template, 409 `invalid_state` template not ready, 429 `limit_exceeded` at the organization’s maximum of running sandboxes, ',
+          '400 for limits over the server maxima, 503 when this server cannot run sandboxes (or networking, when `network` is true).',
+        ].join(''),
+        body: CreateSandboxBody,
+        response: { 201: envelope(Sandbox), ...withUnavailable },
+      },
+    },
+    async (req, reply) => reply.status(201).send(ok(req, await createSandbox(req.ctx, req.body))),
+  );
+
+  app.get(
+    '/v1/sandboxes',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: {
+        tags,
+        summary: 'List sandboxes',
+        description: 'Newest first; destroyed sandboxes only with `state=destroyed`.',
+        querystring: ListSandboxesQuery,
+        response: { 200: pageEnvelope(z.array(Sandbox)), ...errorResponses },
+      },
+    },
+    async (req) => {
+      const p = await listSandboxes(req.ctx, req.query);
+      return page(req, p.items, p);
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: { tags, summary: 'Get a sandbox', params: SandboxParams, response: { 200: envelope(Sandbox), ...errorResponses } },
+    },
+    async (req) => ok(req, await getSandbox(req.ctx, req.params.id)),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/pause',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Pause a sandbox',
+        description: 'Freezes every process (cgroup freezer); memory and files are kept and runtime metering stops. 409 `invalid_state` unless running.',
+        params: SandboxParams,
+        response: { 200: envelope(Sandbox), ...withUnavailable },
+      },
+    },
+    async (req) => ok(req, await pauseSandbox(req.ctx, req.params.id)),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/resume',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Resume a sandbox',
+        description:
+          'A paused sandbox continues where it stopped (state `running`); a stopped one starts again over its kept files (its processes were gone). 409 `invalid_state` otherwise; 429 at the running limit.',
+        params: SandboxParams,
+        response: { 200: envelope(Sandbox), ...withUnavailable },
+      },
+    },
+    async (req) => ok(req, await resumeSandbox(req.ctx, req.params.id)),
+  );
+
+  app.delete(
+    '/v1/sandboxes/:id',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Destroy a sandbox',
+        description: 'Kills its processes and deletes its container and writable layer. The record stays (state `destroyed`) for its activity and usage.',
+        params: SandboxParams,
+        response: { 204: z.null(), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      await destroySandbox(req.ctx, req.params.id);
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/activity',
+    {
+      config: { scope: 'activity:read' },
+      schema: {
+        tags,
+        summary: 'Activity of a sandbox',
+        description: 'Its events (sandbox.created, .paused, .resumed, .stopped, .destroyed, .failed); accepts the query of GET /v1/activity.',
+        params: SandboxParams,
+        querystring: ActivityQuery.omit({ sandbox_id: true }),
+        response: { 200: ActivityPage, ...errorResponses },
+      },
+    },
+    async (req) => {
+      await getSandbox(req.ctx, req.params.id);
+      const result = await listActivity(req.ctx, { ...req.query, sandbox_id: req.params.id }, { resourceAuthorized: true });
+      return page(req, { events: result.events }, result);
+    },
+  );
+
+  // ---- commands and processes ----
+
+  app.post(
+    '/v1/sandboxes/:id/commands',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Run a command',
+        description: [
+          'Runs `cmd` with `/bin/bash -c` as the sandbox user and waits: the answer has its stdout, stderr (each cut at 1 MiB in JSON) and exit code. ',
+          'With `Accept: text/event-stream` the output is streamed instead: `start` (`{ pid }`), `stdout`/`stderr` (`{ data, offset }`), then `exit`. ',
+          'A waited command is killed when the client disconnects, and after `timeoutMs` (default 60 s). With `background: true` the answer is 201 with the process at once; ',
+          'it keeps running (also across client disconnects) and its output is read from /processes/{pid}/output. 409 `invalid_state` unless the sandbox is running.',
+        ].join(''),
+        params: SandboxParams,
+        body: CommandBody,
+        response: { 200: envelope(CommandResult), 201: envelope(Process), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      const { agent, pid } = await startCommand(req.ctx, req.params.id, req.body);
+      if (req.body.background) return reply.status(201).send(ok(req, toProcess(await agent.getProcess(pid))));
+      const controller = new AbortController();
+      const kill = () => void agent.signal(pid, 'SIGKILL').catch(() => undefined);
+      const started = Date.now();
+      if (wantsEventStream(req)) {
+        const stream = openEventStream(reply);
+        stream.signal.addEventListener('abort', () => {
+          controller.abort();
+          kill();
+        });
+        stream.send('start', { pid });
+        try {
+          for await (const ev of agent.output(pid, { follow: true, signal: controller.signal })) {
+            if (ev.type === 'exit') stream.send('exit', { exitCode: ev.exitCode, signal: ev.signal, timedOut: ev.timedOut, durationMs: ev.durationMs });
+            else stream.send(ev.type, { data: Buffer.from(ev.data, 'base64').toString('utf8'), offset: ev.offset });
+          }
+        } catch (err) {
+          if (!controller.signal.aborted) stream.send('error', { message: (err as Error).message });
+        }
+        stream.end();
+        return;
+      }
+      const onClose = () => {
+        if (!reply.raw.writableFinished) {
+          controller.abort();
+          kill();
+        }
+      };
+      reply.raw.once('close', onClose);
+      try {
+        const r = await collect(agent.output(pid, { follow: true, signal: controller.signal }));
+        return ok(req, {
+          pid,
+          exitCode: r.exit?.exitCode ?? null,
+          signal: r.exit?.signal ?? null,
+          timedOut: r.exit?.timedOut ?? false,
+          stdout: r.stdout,
+          stderr: r.stderr,
+          stdoutTruncated: r.stdoutTruncated || (r.exit?.truncated ?? false),
+          stderrTruncated: r.stderrTruncated || (r.exit?.truncated ?? false),
+          durationMs: r.exit?.durationMs ?? Date.now() - started,
+        });
+      } finally {
+        reply.raw.off('close', onClose);
+      }
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/processes',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: {
+        tags,
+        summary: 'List processes started through the API',
+        description: 'Running ones first, then the most recent finished ones (the sandbox keeps the last 200).',
+        params: SandboxParams,
+        response: { 200: envelope(z.array(Process)), ...withUnavailable },
+      },
+    },
+    async (req) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      return ok(req, (await agent.listProcesses()).map(toProcess));
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/processes/:pid',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: { tags, summary: 'Get a process', params: ProcessParams, response: { 200: envelope(Process), ...withUnavailable } },
+    },
+    async (req) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      return ok(req, toProcess(await agent.getProcess(req.params.pid)));
+    },
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/processes/:pid/stdin',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Write to a process’s stdin',
+        description: 'For background commands started with `keepStdin: true`; `eof` closes stdin. 409 when its stdin is closed or it has exited.',
+        params: ProcessParams,
+        body: StdinBody,
+        response: { 204: z.null(), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      const data = req.body.encoding === 'base64' ? req.body.data : Buffer.from(req.body.data).toString('base64');
+      await agent.sendStdin(req.params.pid, data, req.body.eof);
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/processes/:pid/kill',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Signal a process',
+        description: 'Sends the signal (default SIGKILL) to the process’s whole process group. 409 when it has exited.',
+        params: ProcessParams,
+        body: KillBody.optional(),
+        response: { 204: z.null(), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      await agent.signal(req.params.pid, req.body?.signal ?? 'SIGKILL');
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/processes/:pid/output',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: {
+        tags,
+        summary: 'A process’s output (reconnect)',
+        description: [
+          'Its output since byte `after` (the sandbox keeps the last 4 MiB per process). ',
+          'With `Accept: text/event-stream`: `stdout`/`stderr` events (`{ data, offset }`), and with `follow=true` live ones until an `exit` event. ',
+          'Otherwise JSON with `nextOffset` to pass as `after` next time.',
+        ].join(''),
+        params: ProcessParams,
+        querystring: OutputQuery,
+        response: { 200: envelope(ProcessOutput), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      const { pid } = req.params;
+      await agent.getProcess(pid); // 404 before any stream starts
+      if (wantsEventStream(req)) {
+        const stream = openEventStream(reply);
+        const controller = new AbortController();
+        stream.signal.addEventListener('abort', () => controller.abort());
+        try {
+          for await (const ev of agent.output(pid, { follow: req.query.follow, after: req.query.after, signal: controller.signal })) {
+            if (ev.type === 'exit') stream.send('exit', { exitCode: ev.exitCode, signal: ev.signal, timedOut: ev.timedOut, durationMs: ev.durationMs });
+            else stream.send(ev.type, { data: Buffer.from(ev.data, 'base64').toString('utf8'), offset: ev.offset });
+          }
+        } catch (err) {
+          if (!controller.signal.aborted) stream.send('error', { message: (err as Error).message });
+        }
+        stream.end();
+        return;
+      }
+      const r = await collect(agent.output(pid, { follow: false, after: req.query.after }));
+      const info = await agent.getProcess(pid);
+      return ok(req, {
+        stdout: r.stdout,
+        stderr: r.stderr,
+        running: info.running,
+        exitCode: info.exitCode,
+        signal: info.signal,
+        timedOut: info.timedOut,
+        truncated: info.truncated || r.stdoutTruncated || r.stderrTruncated,
+        nextOffset: Math.max(r.nextOffset, req.query.after),
+      });
+    },
+  );
+
+  // ---- files ----
+
+  app.get(
+    '/v1/sandboxes/:id/files',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: {
+        tags,
+        summary: 'List a folder or describe a file',
+        description: 'A folder answers `{ entries }` sorted by name; a file `{ entry }`. Paths are absolute or relative to /home/user.',
+        params: SandboxParams,
+        querystring: PathQuery,
+        response: { 200: envelope(z.union([z.object({ entries: z.array(FileEntry) }), z.object({ entry: FileEntry })])), ...withUnavailable },
+      },
+    },
+    async (req) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      return ok(req, await agent.stat(normalizeSandboxPath(req.query.path)));
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/files/content',
+    {
+      config: { scope: 'sandbox:read' },
+      schema: {
+        tags,
+        summary: 'Download a file',
+        params: SandboxParams,
+        querystring: PathQuery,
+        produces: ['application/octet-stream'],
+        response: { 200: z.any().describe('File bytes'), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      const file = await agent.read(normalizeSandboxPath(req.query.path));
+      reply.type('application/octet-stream').header('content-length', file.size);
+      reply.header('x-content-type-options', 'nosniff');
+      return reply.send(file.stream);
+    },
+  );
+
+  await app.register(async (rawCtx) => {
+    const raw = rawCtx.withTypeProvider<ZodTypeProvider>();
+    raw.removeAllContentTypeParsers();
+    raw.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
+    raw.put(
+      '/v1/sandboxes/:id/files/content',
+      {
+        config: { scope: 'sandbox:write' },
+        schema: {
+          tags,
+          summary: 'Upload a file (raw body)',
+          description: 'Writes the body to the path (atomically, creating parent folders, replacing a file). 413 over the upload limit.',
+          params: SandboxParams,
+          querystring: PathQuery,
+          consumes: ['*/*'],
+          response: { 200: envelope(FileEntry), ...withUnavailable },
+        },
+      },
+      async (req) => {
+        const limit = deps.config.uploadLimitBytes;
+        const declared = Number(req.headers['content-length'] ?? NaN);
+        try {
+          if (declared > limit) throw errors.tooLarge(`the file is larger than the upload limit of ${limit} bytes`);
+          const { agent } = await agentOf(req.ctx, req.params.id);
+          const path = normalizeSandboxPath(req.query.path);
+          let seen = 0;
+          let over = false;
+          const limiter = new Transform({
+            transform(chunk: Buffer, _enc, cb) {
+              seen += chunk.length;
+              if (seen > limit) {
+                over = true;
+                return cb(new Error('upload limit'));
+              }
+              cb(null, chunk);
+            },
+          });
+          req.raw.pipe(limiter);
+          try {
+            return ok(req, await agent.write(path, limiter));
+          } catch (err) {
+            if (over) throw errors.tooLarge(`the file is larger than the upload limit of ${limit} bytes`);
+            throw err;
+          }
+        } catch (err) {
+          req.raw.resume();
+          throw err;
+        }
+      },
+    );
+  });
+
+  app.post(
+    '/v1/sandboxes/:id/folders',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: { tags, summary: 'Make a folder (with its parents)', params: SandboxParams, body: FolderBody, response: { 201: envelope(FileEntry), ...withUnavailable } },
+    },
+    async (req, reply) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      return reply.status(201).send(ok(req, await agent.mkdir(normalizeSandboxPath(req.body.path))));
+    },
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/move',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: { tags, summary: 'Move or rename a file or folder', description: '409 when the target exists.', params: SandboxParams, body: MoveFileBody, response: { 200: envelope(FileEntry), ...withUnavailable } },
+    },
+    async (req) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      return ok(req, await agent.move(normalizeSandboxPath(req.body.from, 'from'), normalizeSandboxPath(req.body.to, 'to')));
+    },
+  );
+
+  app.delete(
+    '/v1/sandboxes/:id/files',
+    {
+      config: { scope: 'sandbox:write' },
+      schema: {
+        tags,
+        summary: 'Delete a file or folder',
+        description: 'A folder with entries needs `recursive=true` (else 409).',
+        params: SandboxParams,
+        querystring: DeleteFileQuery,
+        response: { 204: z.null(), ...withUnavailable },
+      },
+    },
+    async (req, reply) => {
+      const { agent } = await agentOf(req.ctx, req.params.id);
+      const path = normalizeSandboxPath(req.query.path);
+      if (path === '/') throw errors.invalidField('path', 'cannot delete the root folder');
+      await agent.remove(path, req.query.recursive);
+      return reply.status(204).send(null);
+    },
+  );
+}

@@ -1,0 +1,489 @@
+import type { Selectable } from 'kysely';
+import type { SandboxesTable, SandboxState } from '../../database.js';
+import { exec, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { isUniqueViolation } from '../../platform/db/index.js';
+import { newestFirstPage } from '../../platform/db/pages.js';
+import { AppError, errors } from '../../platform/http/errors.js';
+import { nowIso, prefixedId } from '../../platform/ids.js';
+import type { AgentClient, ContainerSpec } from '../../platform/sandboxes/index.js';
+import { recordActivity } from '../activity/index.js';
+import { resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
+import type { CreateSandboxBody, Sandbox } from './schemas.js';
+
+type Row = Selectable<SandboxesTable>;
+
+/** Host uids of sandbox users: UID_BASE + n, unique among a node's live sandboxes (a unique index guards it). */
+const UID_BASE = 200_000;
+const UID_COUNT = 50_000;
+/** A command's last-use time is written at most this often (it drives the idle timeout). */
+const TOUCH_EVERY_MS = 5_000;
+
+// ---- serialization of lifecycle changes ------------------------------------------------------
+
+const chains = new Map<string, Promise<unknown>>();
+
+/** Runs lifecycle changes of one sandbox one at a time in this process (pause during a resume waits its turn). */
+function serialized<T>(id: string, fn: () => Promise<T>): Promise<T> {
+  const prev = chains.get(id) ?? Promise.resolve();
+  const next = prev.then(fn, fn);
+  const tail = next.catch(() => undefined);
+  chains.set(id, tail);
+  void tail.then(() => {
+    if (chains.get(id) === tail) chains.delete(id);
+  });
+  return next;
+}
+
+// ---- records ---------------------------------------------------------------------------------
+
+function toSandbox(row: Row, runningSeconds: number): Sandbox {
+  return {
+    id: row.id,
+    name: row.name,
+    template: row.template_slug,
+    templateId: row.template_id,
+    state: row.state,
+    cpu: row.cpu,
+    memoryMb: row.memory_mb,
+    network: row.network === 1,
+    idleTimeoutSeconds: row.idle_timeout_seconds,
+    envKeys: Object.keys(JSON.parse(row.env) as Record<string, string>),
+    metadata: JSON.parse(row.metadata) as Record<string, string>,
+    error: row.error,
+    nodeId: row.node_id,
+    usage: { runningSeconds: Math.round(runningSeconds * 1000) / 1000 },
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    lastActiveAt: row.last_active_at,
+    destroyedAt: row.destroyed_at,
+  };
+}
+
+async function runningSeconds(ctx: Ctx, ids: string[]): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  if (!ids.length) return out;
+  const rows = await exec(ctx)
+    .selectFrom('sandbox_runtime')
+    .select(['sandbox_id', 'started_at', 'seconds'])
+    .where('sandbox_id', 'in', ids)
+    .execute();
+  const now = Date.now();
+  for (const r of rows) {
+    const s = r.seconds ?? Math.max(0, (now - Date.parse(r.started_at)) / 1000);
+    out.set(r.sandbox_id, (out.get(r.sandbox_id) ?? 0) + s);
+  }
+  return out;
+}
+
+async function present(ctx: Ctx, row: Row): Promise<Sandbox> {
+  return toSandbox(row, (await runningSeconds(ctx, [row.id])).get(row.id) ?? 0);
+}
+
+async function findRow(ctx: Ctx, id: string): Promise<Row> {
+  const row = await exec(ctx).selectFrom('sandboxes').selectAll().where('id', '=', id).where('org_id', '=', orgId(ctx)).executeTakeFirst();
+  if (!row) throw errors.notFound('sandbox', id);
+  return row;
+}
+
+export async function getSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
+  return present(ctx, await findRow(ctx, id));
+}
+
+export async function canSeeSandbox(ctx: Ctx, id: string): Promise<boolean> {
+  const row = await exec(ctx).selectFrom('sandboxes').select('id').where('id', '=', id).where('org_id', '=', orgId(ctx)).executeTakeFirst();
+  return Boolean(row);
+}
+
+export async function listSandboxes(ctx: Ctx, q: { limit: number; cursor?: string; state?: SandboxState }) {
+  let query = exec(ctx).selectFrom('sandboxes').selectAll().where('org_id', '=', orgId(ctx));
+  query = q.state ? query.where('state', '=', q.state) : query.where('state', '!=', 'destroyed');
+  const page = await newestFirstPage(query, { time: 'created_at', id: 'id' }, q);
+  const seconds = await runningSeconds(ctx, page.items.map((r) => r.id));
+  return { ...page, items: page.items.map((r) => toSandbox(r, seconds.get(r.id) ?? 0)) };
+}
+
+// ---- transitions -----------------------------------------------------------------------------
+
+function stateError(row: Pick<Row, 'id' | 'state'>, action: string): AppError {
+  return errors.invalidState(`cannot ${action} sandbox ${row.id}: it is ${row.state}`, row.state);
+}
+
+/** Moves a sandbox from one of `from` to `to` only if it is still there (another replica may have moved it). */
+async function setState(ctx: Ctx, id: string, from: readonly SandboxState[], to: SandboxState, extra: Partial<Row> = {}): Promise<boolean> {
+  const res = await exec(ctx)
+    .updateTable('sandboxes')
+    .set({ state: to, updated_at: nowIso(), ...extra })
+    .where('id', '=', id)
+    .where('state', 'in', from as SandboxState[])
+    .executeTakeFirst();
+  return Number(res.numUpdatedRows) === 1;
+}
+
+async function openInterval(ctx: Ctx, row: Row): Promise<void> {
+  await exec(ctx)
+    .insertInto('sandbox_runtime')
+    .values({ id: prefixedId('srt'), org_id: row.org_id, sandbox_id: row.id, cpu: row.cpu, memory_mb: row.memory_mb, started_at: nowIso(), ended_at: null, seconds: null })
+    .execute();
+}
+
+async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
+  const open = await exec(ctx).selectFrom('sandbox_runtime').select(['id', 'started_at']).where('sandbox_id', '=', sandboxId).where('ended_at', 'is', null).execute();
+  const now = new Date();
+  for (const r of open) {
+    await exec(ctx)
+      .updateTable('sandbox_runtime')
+      .set({ ended_at: now.toISOString(), seconds: Math.max(0, (now.getTime() - Date.parse(r.started_at)) / 1000) })
+      .where('id', '=', r.id)
+      .execute();
+  }
+}
+
+function activity(ctx: Ctx, row: Row, eventType: string, title: string, opts: { status?: string; summary?: string; metadata?: Record<string, unknown> } = {}) {
+  return recordActivity(
+    ctx,
+    {
+      resourceType: 'sandbox',
+      resourceId: row.id,
+      sandboxId: row.id,
+      eventType,
+      status: opts.status ?? 'completed',
+      title,
+      summary: opts.summary,
+      metadata: { name: row.name, template: row.template_slug, ...opts.metadata },
+    },
+    row.org_id,
+  );
+}
+
+function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec {
+  const env = {
+    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    HOME: '/home/user',
+    USER: 'user',
+    LOGNAME: 'user',
+    SHELL: '/bin/bash',
+    LANG: 'C.UTF-8',
+    TERM: 'xterm-256color',
+    HANGAR_SANDBOX_ID: row.id,
+    ...template.env,
+    ...(JSON.parse(row.env) as Record<string, string>),
+  };
+  return {
+    id: row.id,
+    layers: template.layers,
+    uid: row.uid!,
+    hostname: row.name.toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+|-+$/g, '').slice(0, 63) || 'sandbox',
+    env,
+    workdir: template.workdir ?? '/home/user',
+    cpu: row.cpu,
+    memoryMb: row.memory_mb,
+    pids: deps.config.sandboxes.maxProcesses,
+    network: row.network === 1,
+  };
+}
+
+async function countRunning(ctx: Ctx, org: string): Promise<number> {
+  const r = await exec(ctx)
+    .selectFrom('sandboxes')
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where('org_id', '=', org)
+    .where('state', 'in', ['starting', 'running'])
+    .executeTakeFirstOrThrow();
+  return Number(r.n);
+}
+
+function requireRuntime(deps: Deps, network: boolean): void {
+  const rt = deps.sandboxes;
+  if (!rt.available) throw errors.unavailable(`persistent sandboxes are unavailable on this server: ${rt.unavailableReason}`);
+  if (network && rt.networkReason) throw errors.unavailable(`sandboxes with network are unavailable on this server: ${rt.networkReason}; create it with "network": false`);
+}
+
+const orgLocks = new Map<string, Promise<unknown>>();
+/** Admission (limit check + insert) one at a time per organization in this process. */
+function admit<T>(org: string, fn: () => Promise<T>): Promise<T> {
+  const prev = orgLocks.get(org) ?? Promise.resolve();
+  const next = prev.then(fn, fn);
+  const tail = next.catch(() => undefined);
+  orgLocks.set(org, tail);
+  void tail.then(() => {
+    if (orgLocks.get(org) === tail) orgLocks.delete(org);
+  });
+  return next;
+}
+
+function limitError(max: number): AppError {
+  return errors.limitExceeded(`your organization already has ${max} running sandbox${max === 1 ? '' : 'es'}, the most this server allows; pause or destroy one first`);
+}
+
+export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<Sandbox> {
+  const { deps } = ctx;
+  const cfg = deps.config.sandboxes;
+  const org = orgId(ctx);
+  const template = await resolveTemplate(ctx, body.template);
+  if (template.status !== 'ready') {
+    throw errors.invalidState(`template "${template.slug}" is ${template.status}; a sandbox can use it once it is ready`, template.status);
+  }
+  const cpu = body.cpu ?? cfg.defaultCpu;
+  if (cpu > cfg.maxCpu) throw errors.invalidField('cpu', `must be at most ${cfg.maxCpu} on this server`);
+  const memoryMb = body.memoryMb ?? cfg.defaultMemoryMb;
+  if (memoryMb > cfg.maxMemoryMb) throw errors.invalidField('memoryMb', `must be at most ${cfg.maxMemoryMb} on this server`);
+  const idle = body.idleTimeoutSeconds ?? cfg.defaultIdleSeconds;
+  if (cfg.maxIdleSeconds > 0 && (idle > cfg.maxIdleSeconds || idle === 0)) {
+    throw errors.invalidField('idleTimeoutSeconds', `must be between 1 and ${cfg.maxIdleSeconds} on this server`);
+  }
+  requireRuntime(deps, body.network);
+
+  const id = prefixedId('sbx');
+  const now = nowIso();
+  const row = await admit(org, async () => {
+    if ((await countRunning(ctx, org)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const uid = await freeUid(ctx);
+      const values: Row = {
+        id,
+        org_id: org,
+        name: body.name ?? `sandbox-${id.slice(-6).toLowerCase()}`,
+        template_id: template.id,
+        template_slug: template.slug,
+        state: 'starting',
+        node_id: cfg.nodeId,
+        uid,
+        network: body.network ? 1 : 0,
+        cpu,
+        memory_mb: memoryMb,
+        idle_timeout_seconds: idle,
+        env: JSON.stringify(body.env ?? {}),
+        metadata: JSON.stringify(body.metadata ?? {}),
+        error: null,
+        created_by_user_id: ctx.principal.userId,
+        created_at: now,
+        updated_at: now,
+        last_active_at: now,
+        destroyed_at: null,
+      };
+      try {
+        await exec(ctx).insertInto('sandboxes').values(values).execute();
+        return values;
+      } catch (err) {
+        if (!isUniqueViolation(err)) throw err;
+      }
+    }
+    throw errors.unavailable('no free sandbox user id on this node');
+  });
+
+  return serialized(id, async () => {
+    try {
+      await deps.sandboxes.start(specOf(deps, row, template));
+    } catch (err) {
+      const message = errMessage(err);
+      deps.log.error({ err, sandboxId: id }, 'sandbox failed to start');
+      await deps.sandboxes.destroy(id).catch(() => undefined);
+      await withTx(ctx, async (tx) => {
+        await setState(tx, id, ['starting'], 'error', { error: message, uid: null });
+        await activity(tx, row, 'sandbox.failed', `Sandbox ${row.name} failed to start`, { status: 'failed', summary: message });
+      });
+      throw errors.unavailable(`sandbox ${id} could not start: ${message}`);
+    }
+    await withTx(ctx, async (tx) => {
+      await setState(tx, id, ['starting'], 'running');
+      await openInterval(tx, row);
+      await activity(tx, row, 'sandbox.created', `Sandbox ${row.name} created`, { metadata: { cpu, memoryMb, network: body.network } });
+    });
+    return getSandbox(ctx, id);
+  });
+}
+
+async function freeUid(ctx: Ctx): Promise<number> {
+  const used = await exec(ctx)
+    .selectFrom('sandboxes')
+    .select('uid')
+    .where('node_id', '=', ctx.deps.config.sandboxes.nodeId)
+    .where('uid', 'is not', null)
+    .execute();
+  const taken = new Set(used.map((r) => r.uid));
+  const start = Math.floor(Math.random() * UID_COUNT);
+  for (let i = 0; i < UID_COUNT; i++) {
+    const uid = UID_BASE + ((start + i) % UID_COUNT);
+    if (!taken.has(uid)) return uid;
+  }
+  throw errors.unavailable('no free sandbox user id on this node');
+}
+
+/** The node check: a sandbox's container lives on the host that created it. */
+function local(ctx: Ctx, row: Row): void {
+  if (row.node_id !== ctx.deps.config.sandboxes.nodeId) {
+    throw errors.unavailable(`sandbox ${row.id} lives on node "${row.node_id}"; send this request to that Hangar host`);
+  }
+}
+
+export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'idle_timeout' = 'request'): Promise<Sandbox> {
+  const first = await findRow(ctx, id);
+  local(ctx, first);
+  return serialized(id, async () => {
+    const row = await findRow(ctx, id);
+    if (row.state !== 'running') throw stateError(row, 'pause');
+    await ctx.deps.sandboxes.pause(id);
+    await withTx(ctx, async (tx) => {
+      await setState(tx, id, ['running'], 'paused');
+      await closeInterval(tx, id);
+      await activity(tx, row, 'sandbox.paused', `Sandbox ${row.name} paused`, {
+        summary: reason === 'idle_timeout' ? `no API use for ${row.idle_timeout_seconds} s` : undefined,
+        metadata: { trigger: reason },
+      });
+    });
+    return getSandbox(ctx, id);
+  });
+}
+
+export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
+  const first = await findRow(ctx, id);
+  local(ctx, first);
+  const cfg = ctx.deps.config.sandboxes;
+  return serialized(id, async () => {
+    const row = await findRow(ctx, id);
+    if (row.state !== 'paused' && row.state !== 'stopped') throw stateError(row, 'resume');
+    await admit(row.org_id, async () => {
+      if ((await countRunning(ctx, row.org_id)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
+      // Claimed before the slow part so a concurrent create counts it.
+      if (!(await setState(ctx, id, [row.state], 'starting'))) throw stateError(await findRow(ctx, id), 'resume');
+    });
+    try {
+      if (row.state === 'paused') await ctx.deps.sandboxes.resume(id);
+      else {
+        requireRuntime(ctx.deps, row.network === 1);
+        const template = await resolveTemplate(ctx, row.template_slug, row.template_id);
+        await ctx.deps.sandboxes.start(specOf(ctx.deps, row, template));
+      }
+    } catch (err) {
+      await setState(ctx, id, ['starting'], row.state);
+      throw err instanceof AppError ? err : errors.unavailable(`sandbox ${id} could not resume: ${errMessage(err)}`);
+    }
+    await withTx(ctx, async (tx) => {
+      await setState(tx, id, ['starting'], 'running', { last_active_at: nowIso() });
+      await openInterval(tx, row);
+      await activity(tx, row, 'sandbox.resumed', `Sandbox ${row.name} resumed`, { metadata: { from: row.state } });
+    });
+    return getSandbox(ctx, id);
+  });
+}
+
+export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
+  const first = await findRow(ctx, id);
+  local(ctx, first);
+  await serialized(id, async () => {
+    const row = await findRow(ctx, id);
+    if (row.state === 'destroyed') throw stateError(row, 'destroy');
+    await ctx.deps.sandboxes.destroy(id);
+    await withTx(ctx, async (tx) => {
+      await setState(tx, id, [row.state], 'destroyed', { uid: null, destroyed_at: nowIso() });
+      await closeInterval(tx, id);
+      await activity(tx, row, 'sandbox.destroyed', `Sandbox ${row.name} destroyed`);
+    });
+  });
+}
+
+// ---- inside a running sandbox ----------------------------------------------------------------
+
+const touched = new Map<string, number>();
+
+/** The agent of a running, local sandbox; records the use for the idle timeout. */
+export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClient; row: Row }> {
+  const row = await findRow(ctx, id);
+  if (row.state !== 'running') throw stateError(row, 'use');
+  local(ctx, row);
+  const now = Date.now();
+  if (now - (touched.get(id) ?? 0) > TOUCH_EVERY_MS) {
+    touched.set(id, now);
+    await exec(ctx).updateTable('sandboxes').set({ last_active_at: new Date(now).toISOString() }).where('id', '=', id).execute();
+  }
+  return { agent: ctx.deps.sandboxes.agent(id), row };
+}
+
+// ---- housekeeping ----------------------------------------------------------------------------
+
+function ownerCtx(deps: Deps, row: Row): Ctx {
+  return systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(), apiKeyId: null });
+}
+
+/**
+ * Start-up reconciliation of this node's records with what runc reports: a record whose container is gone
+ * (the host rebooted) becomes `stopped` (its files are kept; resume starts it again); a container without a
+ * live record (destroyed while Hangar was down, or a crash mid-create) is removed with its layers.
+ */
+export async function reconcile(deps: Deps): Promise<{ stopped: number; removed: number; adopted: number }> {
+  const result = { stopped: 0, removed: 0, adopted: 0 };
+  if (!deps.sandboxes.available) return result;
+  const containers = await deps.sandboxes.list();
+  const rows = await deps.db.kysely
+    .selectFrom('sandboxes')
+    .selectAll()
+    .where('node_id', '=', deps.config.sandboxes.nodeId)
+    .where('state', 'in', ['starting', 'running', 'paused'])
+    .execute();
+  const live = new Set<string>();
+  for (const row of rows) {
+    const ctx = ownerCtx(deps, row);
+    const status = containers.get(row.id);
+    if (row.state !== 'starting' && (status === 'running' || status === 'paused')) {
+      live.add(row.id);
+      result.adopted++;
+      if (status !== row.state) {
+        await withTx(ctx, async (tx) => {
+          await setState(tx, row.id, [row.state], status);
+          if (status === 'paused') await closeInterval(tx, row.id);
+          else await openInterval(tx, row);
+        });
+      }
+      continue;
+    }
+    await deps.sandboxes.stop(row.id).catch(() => undefined);
+    await withTx(ctx, async (tx) => {
+      await setState(tx, row.id, [row.state], 'stopped');
+      await closeInterval(tx, row.id);
+      await activity(tx, row, 'sandbox.stopped', `Sandbox ${row.name} stopped`, {
+        status: 'failed',
+        summary: 'its container was gone when Hangar started (host restart?); its files are kept, resume starts it again',
+      });
+    });
+    result.stopped++;
+  }
+  for (const id of containers.keys()) {
+    if (live.has(id)) continue;
+    const row = await deps.db.kysely.selectFrom('sandboxes').select(['state']).where('id', '=', id).executeTakeFirst();
+    if (row && row.state === 'stopped') {
+      await deps.sandboxes.stop(id).catch(() => undefined);
+      continue;
+    }
+    if (row && row.state !== 'destroyed' && row.state !== 'error') continue;
+    await deps.sandboxes.destroy(id).catch((err) => deps.log.warn({ err, id }, 'could not remove a leftover container'));
+    result.removed++;
+  }
+  return result;
+}
+
+/** Pauses running sandboxes of this node that have not been used for their idle timeout. */
+export async function pauseIdle(deps: Deps): Promise<number> {
+  const rows = await deps.db.kysely
+    .selectFrom('sandboxes')
+    .selectAll()
+    .where('node_id', '=', deps.config.sandboxes.nodeId)
+    .where('state', '=', 'running')
+    .where('idle_timeout_seconds', '>', 0)
+    .execute();
+  let paused = 0;
+  const now = Date.now();
+  for (const row of rows) {
+    if (now - Date.parse(row.last_active_at) < row.idle_timeout_seconds * 1000) continue;
+    try {
+      await pauseSandbox(ownerCtx(deps, row), row.id, 'idle_timeout');
+      paused++;
+    } catch (err) {
+      if (!(err instanceof AppError && err.code === 'invalid_state')) deps.log.warn({ err, id: row.id }, 'idle pause failed');
+    }
+  }
+  return paused;
+}
+
+function errMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,171 @@
+import { nowIso } from '../../platform/ids.js';
+import { systemCtx, type Deps } from '../../platform/context.js';
+import type { BuildPlan } from './plan.js';
+import { DESKTOP_ID, logKey, onSystemBuildRequest, resolveTemplate, SYSTEM } from './service.js';
+
+/** A message on a template's build channel; SSE clients of /logs relay them. */
+export type BuildMessage =
+  | { type: 'log'; n: number; line: string }
+  | { type: 'progress'; progress: number; step: number; steps: number }
+  | { type: 'status'; status: 'building' | 'ready' | 'failed'; progress: number; error: string | null };
+
+export const buildChannel = (id: string): string => `template-build:${id}`;
+
+const MAX_LOG_LINES = 50_000;
+const MAX_LINE_CHARS = 4000;
+
+/**
+ * Runs template builds one at a time on this node (a build saturates a small host). A build runs its plan's
+ * steps as root in a build container (network on, Docker's default capabilities) whose writable layer is the
+ * new template's layer; the layer becomes read-only once the build has ended `ready`.
+ */
+export class TemplateBuilder {
+  private queue: Promise<void> = Promise.resolve();
+  private readonly queued = new Set<string>();
+  private closed = false;
+  private readonly aborts = new Map<string, AbortController>();
+
+  constructor(private readonly deps: Deps) {
+    onSystemBuildRequest(() => this.enqueue(DESKTOP_ID));
+  }
+
+  enqueue(id: string): void {
+    if (this.queued.has(id) || this.closed) return;
+    this.queued.add(id);
+    this.queue = this.queue.then(() => this.build(id).finally(() => this.queued.delete(id)));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const a of this.aborts.values()) a.abort();
+    await this.queue.catch(() => undefined);
+  }
+
+  /** Builds left `building` by a process that is gone fail with that reason; pending ones are queued again. */
+  async recover(): Promise<void> {
+    const db = this.deps.db.kysely;
+    const stale = await db.selectFrom('templates').select(['id']).where('status', '=', 'building').where('node_id', '=', this.deps.config.sandboxes.nodeId).execute();
+    for (const { id } of stale) {
+      await db.updateTable('templates').set({ status: 'failed', error: 'the build was interrupted by a restart of Hangar', updated_at: nowIso(), build_finished_at: nowIso() }).where('id', '=', id).execute();
+      await this.deps.blobs.append(logKey(id), 'error: the build was interrupted by a restart of Hangar\n').catch(() => undefined);
+    }
+    const pending = await db.selectFrom('templates').select(['id']).where('status', '=', 'pending').where('owner', '!=', SYSTEM).where('node_id', '=', this.deps.config.sandboxes.nodeId).orderBy('created_at').execute();
+    for (const { id } of pending) this.enqueue(id);
+  }
+
+  private async build(id: string): Promise<void> {
+    const { deps } = this;
+    const db = deps.db.kysely;
+    const row = await db.selectFrom('templates').selectAll().where('id', '=', id).executeTakeFirst();
+    if (!row || this.closed) return;
+    const plan = JSON.parse(row.plan) as BuildPlan;
+    const abort = new AbortController();
+    this.aborts.set(id, abort);
+    let n = 0;
+    let dropped = false;
+    const log = async (line: string) => {
+      if (n >= MAX_LOG_LINES) {
+        if (!dropped) {
+          dropped = true;
+          await deps.blobs.append(logKey(id), `… log cut at ${MAX_LOG_LINES} lines\n`);
+        }
+        return;
+      }
+      const text = line.length > MAX_LINE_CHARS ? `${line.slice(0, MAX_LINE_CHARS)}…` : line;
+      await deps.blobs.append(logKey(id), `${text}\n`);
+      await deps.bus.publish(buildChannel(id), { type: 'log', n: n++, line: text } satisfies BuildMessage);
+    };
+    const setStatus = async (status: 'building' | 'ready' | 'failed', progress: number, error: string | null) => {
+      const now = nowIso();
+      await db
+        .updateTable('templates')
+        .set({
+          status,
+          progress,
+          error,
+          updated_at: now,
+          node_id: deps.config.sandboxes.nodeId,
+          ...(status === 'building' ? { build_started_at: now, build_finished_at: null } : { build_finished_at: now }),
+        })
+        .where('id', '=', id)
+        .execute();
+      await deps.bus.publish(buildChannel(id), { type: 'status', status, progress, error } satisfies BuildMessage);
+    };
+
+    await deps.blobs.delete(logKey(id)).catch(() => undefined);
+    await setStatus('building', 0, null);
+    const buildId = `bld_${id.replace(/^tpl_/, '')}`;
+    const started = Date.now();
+    const deadline = started + deps.config.sandboxes.buildTimeoutSeconds * 1000;
+    try {
+      const ctx = systemCtx(deps, { userId: row.created_by_user_id ?? 'system', orgId: row.owner === SYSTEM ? null : row.owner, role: null, scopes: new Set(), apiKeyId: null });
+      const parent = row.parent_id
+        ? await resolveTemplate({ ...ctx, principal: { ...ctx.principal, orgId: row.owner === SYSTEM ? 'system' : row.owner } }, '', row.parent_id)
+        : { layers: [], env: {} as Record<string, string> };
+      await log(`==> Building template ${row.slug} on ${deps.sandboxes.base.osName} (${plan.steps.length} step${plan.steps.length === 1 ? '' : 's'})`);
+      const layer = await deps.sandboxes.newLayer(id);
+      if (plan.steps.length) {
+        await deps.sandboxes.start({
+          id: buildId,
+          layers: parent.layers,
+          uid: 0,
+          hostname: 'build',
+          env: {
+            PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+            HOME: '/root',
+            LANG: 'C.UTF-8',
+            DEBIAN_FRONTEND: 'noninteractive',
+            ...parent.env,
+          },
+          workdir: '/',
+          cpu: deps.config.sandboxes.maxCpu,
+          memoryMb: Math.max(2048, deps.config.sandboxes.maxMemoryMb),
+          pids: 4096,
+          network: true,
+          build: true,
+          upper: layer,
+        });
+        const agent = deps.sandboxes.agent(buildId);
+        for (const [i, step] of plan.steps.entries()) {
+          await log(`==> Step ${i + 1}/${plan.steps.length}: ${step.title}`);
+          const remaining = deadline - Date.now();
+          if (remaining <= 0) throw new Error(`the build took longer than ${deps.config.sandboxes.buildTimeoutSeconds} s`);
+          const { pid } = await agent.startProcess({ args: ['/bin/sh', '-ec', step.script], cwd: '/', timeoutMs: remaining });
+          const carry = { stdout: '', stderr: '' };
+          let exit: { exitCode: number | null; signal: string | null; timedOut: boolean } | null = null;
+          for await (const ev of agent.output(pid, { follow: true, signal: abort.signal })) {
+            if (ev.type === 'exit') {
+              exit = ev;
+              break;
+            }
+            carry[ev.type] += Buffer.from(ev.data, 'base64').toString('utf8');
+            const lines = carry[ev.type].split(/\r?\n|\r/);
+            carry[ev.type] = lines.pop()!;
+            for (const line of lines) await log(line);
+          }
+          for (const rest of [carry.stdout, carry.stderr]) if (rest) await log(rest);
+          if (!exit) throw new Error('the build was cancelled');
+          if (exit.timedOut) throw new Error(`step ${i + 1} (${step.title}) ran past the build timeout of ${deps.config.sandboxes.buildTimeoutSeconds} s`);
+          if (exit.exitCode !== 0) {
+            throw new Error(`step ${i + 1} (${step.title}) failed: ${exit.signal ? `killed by ${exit.signal}` : `exit code ${exit.exitCode}`}`);
+          }
+          const progress = Math.floor(((i + 1) * 100) / plan.steps.length);
+          await db.updateTable('templates').set({ progress: Math.min(progress, 99), updated_at: nowIso() }).where('id', '=', id).execute();
+          await deps.bus.publish(buildChannel(id), { type: 'progress', progress: Math.min(progress, 99), step: i + 1, steps: plan.steps.length } satisfies BuildMessage);
+        }
+        await deps.sandboxes.destroy(buildId);
+      }
+      await log(`==> Template ${row.slug} is ready (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      await setStatus('ready', 100, null);
+    } catch (err) {
+      const message = (err as Error).message ?? String(err);
+      await deps.sandboxes.destroy(buildId).catch(() => undefined);
+      await deps.sandboxes.removeLayer(id).catch(() => undefined);
+      await log(`error: ${message}`).catch(() => undefined);
+      const current = await db.selectFrom('templates').select('progress').where('id', '=', id).executeTakeFirst();
+      await setStatus('failed', current?.progress ?? 0, message).catch(() => undefined);
+    } finally {
+      this.aborts.delete(id);
+    }
+  }
+}

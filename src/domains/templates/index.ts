@@ -1,0 +1,2 @@
+export { templateRoutes } from './routes.js';
+export { resolveTemplate, type ResolvedTemplate } from './service.js';

@@ -1,0 +1,159 @@
+import { z } from 'zod';
+import type { Deps } from '../../platform/context.js';
+import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
+import { openEventStream, wantsEventStream } from '../../platform/http/sse.js';
+import type { App } from '../../platform/http/server.js';
+import { buildChannel, TemplateBuilder, type BuildMessage } from './builder.js';
+import { DOCKERFILE_INSTRUCTIONS } from './plan.js';
+import { CreateTemplateBody, Template, TemplateCreated, TemplateParams } from './schemas.js';
+import { createTemplate, deleteTemplate, ensureSystemTemplates, getTemplate, listTemplates, logKey, templateRow } from './service.js';
+
+const tags = ['templates'];
+
+export async function templateRoutes(app: App, deps: Deps) {
+  await ensureSystemTemplates(deps);
+  const builder = new TemplateBuilder(deps);
+  app.addHook('onClose', () => builder.close());
+  if (deps.sandboxes.available) {
+    await builder.recover();
+    if (deps.config.sandboxes.prebuildTemplates) {
+      const desktop = await deps.db.kysely.selectFrom('templates').select(['id', 'status']).where('slug', '=', 'desktop-ubuntu').where('owner', '=', 'system').executeTakeFirst();
+      if (desktop && desktop.status !== 'ready') builder.enqueue(desktop.id);
+    }
+  }
+
+  app.get(
+    '/v1/templates',
+    {
+      config: { scope: 'templates:read' },
+      schema: {
+        tags,
+        summary: 'List templates',
+        description: 'The system templates (base-ubuntu, desktop-ubuntu) and the organization’s own.',
+        response: { 200: envelope(z.array(Template)), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await listTemplates(req.ctx)),
+  );
+
+  app.post(
+    '/v1/templates',
+    {
+      config: { scope: 'templates:write' },
+      schema: {
+        tags,
+        summary: 'Build a custom template',
+        description: [
+          'Either the builder fields (`os`, `runtimes`, `apt`, `npm`, `pip`, `env`) or a `dockerfile`. ',
+          `Supported Dockerfile instructions: ${DOCKERFILE_INSTRUCTIONS.join(', ')} (FROM names a template slug such as base-ubuntu); any other is refused with its line number. `,
+          'The build runs as root in a build container with network (Debian’s mirror and the npm registry must be reachable) on top of the parent template; ',
+          'status moves pending → building → ready or failed, with `progress` 0–100 and the log at GET /v1/templates/{slug}/logs. ',
+          'Only this server’s own OS can be built (base-ubuntu’s `os`); other `os` values are refused with the reason. Slugs are unique per organization and cannot shadow a system template.',
+        ].join(''),
+        body: CreateTemplateBody,
+        response: { 201: envelope(TemplateCreated), ...errorResponses, 503: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      const row = await createTemplate(req.ctx, req.body);
+      builder.enqueue(row.id);
+      return reply.status(201).send(ok(req, { id: row.id, slug: row.slug, name: row.name, status: row.status, createdAt: row.created_at }));
+    },
+  );
+
+  app.get(
+    '/v1/templates/:slug',
+    {
+      config: { scope: 'templates:read' },
+      schema: { tags, summary: 'Get a template', params: TemplateParams, response: { 200: envelope(Template), ...errorResponses } },
+    },
+    async (req) => ok(req, await getTemplate(req.ctx, req.params.slug)),
+  );
+
+  app.delete(
+    '/v1/templates/:slug',
+    {
+      config: { scope: 'templates:write' },
+      schema: {
+        tags,
+        summary: 'Delete a custom template',
+        description: 'Refused (409) while it builds, while a sandbox that is not destroyed uses it, or while another template is built on it. System templates cannot be deleted (403).',
+        params: TemplateParams,
+        response: { 204: z.null(), ...errorResponses },
+      },
+    },
+    async (req, reply) => {
+      await deleteTemplate(req.ctx, req.params.slug);
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.get(
+    '/v1/templates/:slug/logs',
+    {
+      config: { scope: 'templates:read' },
+      schema: {
+        tags,
+        summary: 'Build log',
+        description: [
+          'With `Accept: text/event-stream`: the log so far as `log` events (`{ n, line }`), then live `log` and `progress` events while the build runs, ',
+          'and a final `status` event (`{ status, progress, error }`) once it is ready or failed; then the stream ends. ',
+          'Otherwise the log so far as text/plain.',
+        ].join(''),
+        params: TemplateParams,
+        response: { 200: z.string().describe('text/plain or text/event-stream'), ...errorResponses },
+      },
+    },
+    async (req, reply) => {
+      const row = await templateRow(req.ctx, req.params.slug);
+      const readLog = async () => {
+        const size = await deps.blobs.size(logKey(row.id));
+        if (!size) return '';
+        const chunks: Buffer[] = [];
+        for await (const c of await deps.blobs.get(logKey(row.id))) chunks.push(c as Buffer);
+        return Buffer.concat(chunks).toString('utf8');
+      };
+      if (!wantsEventStream(req)) return reply.type('text/plain; charset=utf-8').send(await readLog());
+
+      // Subscribe first, then read what is written: a line appended meanwhile arrives both ways and the
+      // line numbers drop the repeat.
+      const pending: BuildMessage[] = [];
+      let live: ((m: BuildMessage) => void) | null = null;
+      const unsubscribe = await deps.bus.subscribe(buildChannel(row.id), (m) => (live ? live(m as BuildMessage) : pending.push(m as BuildMessage)));
+      const stream = openEventStream(reply);
+      let finished = false;
+      const finish = async () => {
+        if (finished) return;
+        finished = true;
+        await unsubscribe();
+        stream.end();
+      };
+      stream.signal.addEventListener('abort', () => void finish());
+      const text = await readLog();
+      const lines = text ? text.replace(/\n$/, '').split('\n') : [];
+      lines.forEach((line, n) => stream.send('log', { n, line }, n));
+      let next = lines.length;
+      const fresh = await deps.db.kysely.selectFrom('templates').select(['status', 'progress', 'error']).where('id', '=', row.id).executeTakeFirst();
+      const deliver = (m: BuildMessage) => {
+        if (finished) return;
+        if (m.type === 'log') {
+          if (m.n < next) return;
+          next = m.n + 1;
+          stream.send('log', { n: m.n, line: m.line }, m.n);
+        } else if (m.type === 'progress') stream.send('progress', { progress: m.progress, step: m.step, steps: m.steps });
+        else if (m.status !== 'building') {
+          stream.send('status', { status: m.status, progress: m.progress, error: m.error });
+          void finish();
+        }
+      };
+      if (!fresh || fresh.status === 'ready' || fresh.status === 'failed') {
+        stream.send('status', { status: fresh?.status ?? 'failed', progress: fresh?.progress ?? 0, error: fresh?.error ?? null });
+        await finish();
+        return;
+      }
+      stream.send('progress', { progress: fresh.progress, step: null, steps: null });
+      for (const m of pending.splice(0)) deliver(m);
+      live = deliver;
+    },
+  );
+}

@@ -1,0 +1,281 @@
+import type { Selectable } from 'kysely';
+import type { TemplatesTable } from '../../database.js';
+import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { isUniqueViolation } from '../../platform/db/index.js';
+import { errors } from '../../platform/http/errors.js';
+import { nowIso, prefixedId } from '../../platform/ids.js';
+import type { Layer } from '../../platform/sandboxes/index.js';
+import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
+import type { CreateTemplateBody, Template } from './schemas.js';
+
+type Row = Selectable<TemplatesTable>;
+
+export const SYSTEM = 'system';
+export const BASE_ID = 'tpl_system_base_ubuntu';
+export const DESKTOP_ID = 'tpl_system_desktop_ubuntu';
+
+/** What desktop-ubuntu adds to the base: a virtual X display with a window manager, VNC and screenshot tools. */
+export const DESKTOP_PACKAGES = ['xvfb', 'xauth', 'x11-utils', 'xdotool', 'openbox', 'x11vnc', 'imagemagick', 'fonts-dejavu-core'];
+const DESKTOP_START = 'Xvfb :99 -screen 0 1280x800x24 -nolisten tcp >/tmp/xvfb.log 2>&1 & sleep 0.3; openbox >/tmp/openbox.log 2>&1 &';
+
+export interface ResolvedTemplate {
+  id: string;
+  slug: string;
+  status: Row['status'];
+  env: Record<string, string>;
+  workdir: string | null;
+  /** Read-only layers, topmost first (the base layer is added below by the runtime). */
+  layers: Layer[];
+  /** Started in the background when a sandbox of this template starts (desktop-ubuntu's display). */
+  startCmd: string | null;
+}
+
+function startCmdOf(row: Row): string | null {
+  return row.id === DESKTOP_ID ? DESKTOP_START : null;
+}
+
+const visible = (ctx: Ctx) => [SYSTEM, orgId(ctx)];
+
+async function findBySlug(ctx: Ctx, slug: string): Promise<Row | undefined> {
+  const rows = await exec(ctx).selectFrom('templates').selectAll().where('slug', '=', slug).where('owner', 'in', visible(ctx)).execute();
+  return rows.find((r) => r.owner !== SYSTEM) ?? rows[0];
+}
+
+async function findRow(ctx: Ctx, slug: string): Promise<Row> {
+  const row = await findBySlug(ctx, slug);
+  if (!row) throw errors.notFound('template', slug);
+  return row;
+}
+
+/** The template's own layer chain and its inherited env and workdir. */
+async function chain(ctx: Ctx, row: Row): Promise<{ layers: Layer[]; env: Record<string, string>; workdir: string | null }> {
+  const rows: Row[] = [];
+  for (let r: Row | undefined = row; r; ) {
+    rows.push(r);
+    if (rows.length > 32) break;
+    r = r.parent_id ? await exec(ctx).selectFrom('templates').selectAll().where('id', '=', r.parent_id).executeTakeFirst() : undefined;
+  }
+  const layers = rows.filter((r) => r.source !== 'base').map((r) => ctx.deps.sandboxes.layerOf(r.id));
+  let env: Record<string, string> = {};
+  let workdir: string | null = null;
+  for (const r of [...rows].reverse()) {
+    env = { ...env, ...(JSON.parse(r.env) as Record<string, string>) };
+    workdir = r.workdir ?? workdir;
+  }
+  return { layers, env, workdir };
+}
+
+/** For a sandbox: the template by slug (the organization's own first, then the system's), or by id once chosen. */
+export async function resolveTemplate(ctx: Ctx, slug: string, id?: string): Promise<ResolvedTemplate> {
+  const row = id
+    ? await exec(ctx).selectFrom('templates').selectAll().where('id', '=', id).where('owner', 'in', visible(ctx)).executeTakeFirst()
+    : await findBySlug(ctx, slug);
+  if (!row) throw errors.notFound('template', slug);
+  if (row.id === DESKTOP_ID && (row.status === 'pending' || row.status === 'failed')) requestSystemBuild(ctx.deps);
+  const c = await chain(ctx, row);
+  return { id: row.id, slug: row.slug, status: row.status, ...c, startCmd: startCmdOf(row) };
+}
+
+function toTemplate(deps: Deps, row: Row, parentSlug: string | null): Template {
+  const plan = JSON.parse(row.plan) as BuildPlan;
+  const base = deps.sandboxes.base;
+  const packages = { apt: plan.summary?.apt ?? [], npm: plan.summary?.npm ?? [], pip: plan.summary?.pip ?? [] };
+  let runs: string;
+  if (row.source === 'base') runs = base.description;
+  else {
+    const adds = [
+      packages.apt.length ? `apt: ${packages.apt.join(', ')}` : '',
+      packages.npm.length ? `npm: ${packages.npm.join(', ')}` : '',
+      packages.pip.length ? `pip: ${packages.pip.join(', ')}` : '',
+      row.source === 'dockerfile' ? `${plan.steps.length} RUN step(s) from a Dockerfile` : '',
+    ].filter(Boolean);
+    runs = `${base.osName} (this server's userland) with ${parentSlug ? `template ${parentSlug}` : 'nothing else'} below${adds.length ? `, adding ${adds.join('; ')}` : ''}`;
+    if (row.id === DESKTOP_ID) runs += '; each sandbox starts an X display :99 (Xvfb, 1280x800) with the openbox window manager';
+  }
+  return {
+    id: row.id,
+    slug: row.slug,
+    name: row.name,
+    status: row.status,
+    progress: row.progress,
+    buildLog: `${deps.config.urls.orchestrator}/v1/templates/${row.slug}/logs`,
+    system: row.owner === SYSTEM,
+    os: row.os,
+    runs,
+    source: row.source,
+    parent: parentSlug,
+    packages,
+    envKeys: Object.keys(JSON.parse(row.env) as Record<string, string>),
+    workdir: row.workdir,
+    error: row.error,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    buildStartedAt: row.build_started_at,
+    buildFinishedAt: row.build_finished_at,
+  };
+}
+
+async function parentSlugOf(ctx: Ctx, row: Row): Promise<string | null> {
+  if (!row.parent_id) return row.source === 'base' ? null : 'base-ubuntu';
+  const p = await exec(ctx).selectFrom('templates').select('slug').where('id', '=', row.parent_id).executeTakeFirst();
+  return p?.slug ?? null;
+}
+
+export async function getTemplate(ctx: Ctx, slug: string): Promise<Template> {
+  const row = await findRow(ctx, slug);
+  return toTemplate(ctx.deps, row, await parentSlugOf(ctx, row));
+}
+
+export async function templateRow(ctx: Ctx, slug: string): Promise<Row> {
+  return findRow(ctx, slug);
+}
+
+export async function listTemplates(ctx: Ctx): Promise<Template[]> {
+  const rows = await exec(ctx).selectFrom('templates').selectAll().where('owner', 'in', visible(ctx)).orderBy('owner', 'desc').orderBy('slug').execute();
+  const byId = new Map(rows.map((r) => [r.id, r]));
+  return rows.map((r) => toTemplate(ctx.deps, r, r.parent_id ? (byId.get(r.parent_id)?.slug ?? null) : r.source === 'base' ? null : 'base-ubuntu'));
+}
+
+export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promise<Row> {
+  const org = orgId(ctx);
+  const { deps } = ctx;
+  if (!deps.sandboxes.available) throw errors.unavailable(`templates cannot be built on this server: ${deps.sandboxes.unavailableReason}`);
+  if (deps.sandboxes.networkReason) throw errors.unavailable(`templates cannot be built on this server (builds need network): ${deps.sandboxes.networkReason}`);
+  const builderFields = (['os', 'runtimes', 'apt', 'npm', 'pip', 'env'] as const).filter((k) => body[k] !== undefined);
+  let plan: BuildPlan;
+  let parent: Row | null = null;
+  if (body.dockerfile !== undefined) {
+    if (builderFields.length) throw errors.invalidField(builderFields[0]!, 'give either "dockerfile" or the builder fields, not both');
+    const first = planFromDockerfile(body.dockerfile);
+    if (first.from && first.from !== 'base-ubuntu') {
+      parent = (await findBySlug(ctx, first.from)) ?? null;
+      if (!parent) throw errors.invalidField('dockerfile', `FROM ${first.from}: no such template`);
+      if (parent.status !== 'ready') throw errors.invalidState(`FROM ${first.from}: that template is ${parent.status}; build on it once it is ready`, parent.status);
+      const c = await chain(ctx, parent);
+      plan = planFromDockerfile(body.dockerfile, { env: c.env, workdir: c.workdir });
+    } else {
+      parent = first.from === 'base-ubuntu' ? ((await findBySlug(ctx, 'base-ubuntu')) ?? null) : null;
+      plan = first;
+    }
+  } else {
+    plan = planFromBuilder(body, deps.sandboxes.base.os);
+  }
+  if (parent?.source === 'base') parent = null;
+  const now = nowIso();
+  const row: Row = {
+    id: prefixedId('tpl'),
+    owner: org,
+    slug: body.slug,
+    name: body.name,
+    status: 'pending',
+    progress: 0,
+    os: deps.sandboxes.base.os,
+    source: body.dockerfile !== undefined ? 'dockerfile' : 'builder',
+    request: JSON.stringify(body),
+    plan: JSON.stringify(plan),
+    parent_id: parent?.id ?? null,
+    env: JSON.stringify(plan.env),
+    workdir: plan.workdir,
+    error: null,
+    node_id: deps.config.sandboxes.nodeId,
+    created_by_user_id: ctx.principal.userId,
+    created_at: now,
+    updated_at: now,
+    build_started_at: null,
+    build_finished_at: null,
+  };
+  const system = await exec(ctx).selectFrom('templates').select('id').where('owner', '=', SYSTEM).where('slug', '=', body.slug).executeTakeFirst();
+  if (system) throw errors.conflict(`template slug "${body.slug}" is taken by a system template`);
+  try {
+    await exec(ctx).insertInto('templates').values(row).execute();
+  } catch (err) {
+    if (isUniqueViolation(err)) throw errors.conflict(`your organization already has a template "${body.slug}"`);
+    throw err;
+  }
+  return row;
+}
+
+export async function deleteTemplate(ctx: Ctx, slug: string): Promise<Row> {
+  const row = await findRow(ctx, slug);
+  if (row.owner === SYSTEM) throw errors.forbidden(`"${slug}" is a system template and cannot be deleted`);
+  if (row.status === 'building' || row.status === 'pending') throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
+  const users = await exec(ctx)
+    .selectFrom('sandboxes')
+    .select('id')
+    .where('template_id', '=', row.id)
+    .where('state', '!=', 'destroyed')
+    .limit(1)
+    .executeTakeFirst();
+  if (users) throw errors.conflict(`template "${slug}" is used by sandbox ${users.id}; destroy its sandboxes first`);
+  const child = await exec(ctx).selectFrom('templates').select('slug').where('parent_id', '=', row.id).limit(1).executeTakeFirst();
+  if (child) throw errors.conflict(`template "${child.slug}" is built on "${slug}"; delete it first`);
+  await exec(ctx).deleteFrom('templates').where('id', '=', row.id).execute();
+  await ctx.deps.sandboxes.removeLayer(row.id);
+  await ctx.deps.blobs.delete(logKey(row.id)).catch(() => undefined);
+  return row;
+}
+
+export const logKey = (id: string): string => `templates/${id}/build.log`;
+
+// ---- system templates ------------------------------------------------------------------------
+
+let systemBuildHook: ((deps: Deps) => void) | null = null;
+/** The builder registers how to start desktop-ubuntu's build (kept apart to avoid an import cycle). */
+export function onSystemBuildRequest(fn: (deps: Deps) => void): void {
+  systemBuildHook = fn;
+}
+function requestSystemBuild(deps: Deps): void {
+  systemBuildHook?.(deps);
+}
+
+/** Makes sure base-ubuntu and desktop-ubuntu exist; base is ready whenever the runtime is. */
+export async function ensureSystemTemplates(deps: Deps): Promise<void> {
+  const db = deps.db.kysely;
+  const now = nowIso();
+  const base = deps.sandboxes.base;
+  const baseRow: Row = {
+    id: BASE_ID,
+    owner: SYSTEM,
+    slug: 'base-ubuntu',
+    name: 'Base',
+    status: deps.sandboxes.available ? 'ready' : 'failed',
+    progress: deps.sandboxes.available ? 100 : 0,
+    os: base.os,
+    source: 'base',
+    request: '{}',
+    plan: JSON.stringify({ from: null, steps: [], env: {}, workdir: null, labels: {}, summary: { apt: [], npm: [], pip: [], runtimes: [], dockerfileInstructions: [] } }),
+    parent_id: null,
+    env: '{}',
+    workdir: null,
+    error: deps.sandboxes.available ? null : deps.sandboxes.unavailableReason,
+    node_id: null,
+    created_by_user_id: null,
+    created_at: now,
+    updated_at: now,
+    build_started_at: null,
+    build_finished_at: null,
+  };
+  await db
+    .insertInto('templates')
+    .values(baseRow)
+    .onConflict((oc) => oc.column('id').doUpdateSet({ status: baseRow.status, progress: baseRow.progress, os: base.os, error: baseRow.error, updated_at: now }))
+    .execute();
+  const desktopPlan = planFromBuilder({ apt: DESKTOP_PACKAGES, env: { DISPLAY: ':99' } }, base.os === 'unknown' ? 'debian-12' : base.os);
+  await db
+    .insertInto('templates')
+    .values({
+      ...baseRow,
+      id: DESKTOP_ID,
+      slug: 'desktop-ubuntu',
+      name: 'Desktop',
+      status: 'pending',
+      progress: 0,
+      error: null,
+      source: 'builder',
+      request: JSON.stringify({ apt: DESKTOP_PACKAGES, env: { DISPLAY: ':99' } }),
+      plan: JSON.stringify(desktopPlan),
+      env: JSON.stringify(desktopPlan.env),
+    })
+    .onConflict((oc) => oc.column('id').doNothing())
+    .execute();
+}

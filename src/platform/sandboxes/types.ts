@@ -1,0 +1,67 @@
+/**
+ * The contract between the sandbox and template domains and whatever runs containers on this host.
+ * Today one implementation: OCI containers run by runc over overlay layers (runc.ts). A microVM or a
+ * Kubernetes driver would implement the same interface.
+ */
+import type { AgentClient } from './agent-client.js';
+
+/** A read-only layer: a root tree and a /usr tree, stacked in that order under a sandbox's own writable layer. */
+export interface Layer {
+  root: string;
+  usr: string;
+}
+
+export interface ContainerSpec {
+  /** Container id (the sandbox or build id); also names its folder. */
+  id: string;
+  /** Lower layers, topmost first; the base layer (host userland) is added below them by the runtime. */
+  layers: Layer[];
+  /** Host uid/gid the processes run as; 0 only for template builds. */
+  uid: number;
+  hostname: string;
+  env: Record<string, string>;
+  workdir: string;
+  cpu: number;
+  memoryMb: number;
+  pids: number;
+  network: boolean;
+  /** Template builds run as root with a default set of capabilities (apt needs them); sandboxes never do. */
+  build?: boolean;
+  /** Writable layer folder (root + usr); default the container's own folder. A build writes its new layer here. */
+  upper?: Layer;
+}
+
+export type ContainerStatus = 'running' | 'paused' | 'stopped';
+
+export interface SandboxRuntime {
+  readonly available: boolean;
+  readonly unavailableReason: string | null;
+  /** Whether containers can have a network (bridge + NAT); if not, why. */
+  readonly networkReason: string | null;
+  /** What the base layer is, for GET /v1/templates: the host's OS and how its userland is used. */
+  readonly base: BaseInfo;
+  /** Creates the writable layer if needed, mounts, and starts the container with its agent; resolves when the agent accepts requests. */
+  start(spec: ContainerSpec): Promise<void>;
+  pause(id: string): Promise<void>;
+  resume(id: string): Promise<void>;
+  /** Stops the container and unmounts; the writable layer stays (files survive). */
+  stop(id: string): Promise<void>;
+  /** Stops and deletes everything of the container, writable layer included. */
+  destroy(id: string): Promise<void>;
+  /** Every container of this installation that runc knows, with its status. */
+  list(): Promise<Map<string, ContainerStatus>>;
+  agent(id: string): AgentClient;
+  /** Folder for a template's layer (created empty by `newLayer`). */
+  layerOf(templateId: string): Layer;
+  newLayer(templateId: string): Promise<Layer>;
+  removeLayer(templateId: string): Promise<void>;
+  /** Destroys every container and layer of this installation (uninstall; test clean-up). */
+  removeInstallation(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface BaseInfo {
+  os: string;
+  osName: string;
+  description: string;
+}
