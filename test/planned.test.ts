@@ -12,9 +12,9 @@ describe('parts of the spec not built yet', () => {
 
   it('answer 501 not_implemented naming the feature, not a bare 404', async () => {
     for (const [method, url, feature] of [
-      ['POST', '/v1/templates', 'templates'],
+      ['POST', '/v1/deployments', 'deployments'],
       ['GET', '/v1/threads', 'threads'],
-      ['GET', '/v1/sandboxes/abc/activity', 'sandboxes'],
+      ['GET', '/v1/agents/abc/activity', 'agents'],
       ['GET', '/v1/billing/plan', 'billing'],
     ] as const) {
       const res = await h.app.inject({ method, url, headers: admin.headers });

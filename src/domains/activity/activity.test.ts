@@ -124,7 +124,10 @@ describe('activity', () => {
       expect(sandboxes[0]).toMatchObject({ resourceType: 'sandbox', resourceId: 'sbx_1' });
       expect((await events(admin, '?resource_type=code_execution&resource_id=cex_1')).map((e) => e.id)).toEqual([ids.code_execution_id]);
       expect(await events(admin, '?resource_type=code_execution&resource_id=cex_2')).toEqual([]);
-      expect(await events(admin, '?resource_type=sandbox&resource_id=cex_1')).toEqual([]);
+      // A sandbox that does not exist is a 404 once the sandbox domain checks access.
+      const unknown = await get(admin, '?resource_type=sandbox&resource_id=cex_1');
+      expect(unknown.statusCode).toBe(404);
+      expect(json(unknown).error.code).toBe('not_found');
     });
 
     it('resource_id without resource_type is 400', async () => {

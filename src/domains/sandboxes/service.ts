@@ -182,6 +182,12 @@ function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec
   };
 }
 
+/** Starts the container, then the template's own background start command (desktop-ubuntu's display). */
+async function startContainer(deps: Deps, row: Row, template: ResolvedTemplate): Promise<void> {
+  await deps.sandboxes.start(specOf(deps, row, template));
+  if (template.startCmd) await deps.sandboxes.agent(row.id).startProcess({ cmd: template.startCmd });
+}
+
 async function countRunning(ctx: Ctx, org: string): Promise<number> {
   const r = await exec(ctx)
     .selectFrom('sandboxes')
@@ -273,7 +279,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
 
   return serialized(id, async () => {
     try {
-      await deps.sandboxes.start(specOf(deps, row, template));
+      await startContainer(deps, row, template);
     } catch (err) {
       const message = errMessage(err);
       deps.log.error({ err, sandboxId: id }, 'sandbox failed to start');
@@ -352,7 +358,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
       else {
         requireRuntime(ctx.deps, row.network === 1);
         const template = await resolveTemplate(ctx, row.template_slug, row.template_id);
-        await ctx.deps.sandboxes.start(specOf(ctx.deps, row, template));
+        await startContainer(ctx.deps, row, template);
       }
     } catch (err) {
       await setState(ctx, id, ['starting'], row.state);

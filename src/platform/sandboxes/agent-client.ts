@@ -49,6 +49,7 @@ export interface StartProcess {
 
 const CODE_FOR_STATUS: Record<number, (m: string) => AppError> = {
   400: (m) => errors.invalid(m),
+  403: (m) => errors.forbidden(m),
   404: (m) => new AppError('not_found', m),
   409: (m) => errors.conflict(m),
   413: (m) => errors.tooLarge(m),
