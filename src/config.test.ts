@@ -63,6 +63,20 @@ describe('configuration', () => {
     expect(errorOf(() => parseConfig(tooBig)).setting).toBe('HANGAR_EXECUTE_MAX_MEMORY_BYTES');
   });
 
+  it('sandbox limits: defaults, server maxima checked against defaults, subnet and node id validated', () => {
+    const d = dir();
+    const c = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key });
+    expect(c.sandboxes).toMatchObject({ dir: '/var/lib/hangar/sandboxes', maxRunningPerOrg: 10, defaultCpu: 1, maxCpu: 2, defaultMemoryMb: 512, subnetOctet: 89, prebuildTemplates: true });
+    expect(c.sandboxes.nodeId).toMatch(/^[A-Za-z0-9._-]{1,64}$/);
+    const base = { HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key };
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DEFAULT_CPU: '4' })).setting).toBe('HANGAR_SANDBOX_MAX_CPU');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DEFAULT_MEMORY_MB: '8192' })).setting).toBe('HANGAR_SANDBOX_MAX_MEMORY_MB');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '192.168.0.0/16' })).setting).toBe('HANGAR_SANDBOX_SUBNET');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.300.0.0/16' })).setting).toBe('HANGAR_SANDBOX_SUBNET');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_NODE_ID: 'a b' })).setting).toBe('HANGAR_NODE_ID');
+    expect(parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.7.0.0/16', HANGAR_TEMPLATE_PREBUILD: 'false' }).sandboxes).toMatchObject({ subnetOctet: 7, prebuildTemplates: false });
+  });
+
   it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {
     const d = dir();
     const a = loadConfig({ HANGAR_DATA_DIR: d });
