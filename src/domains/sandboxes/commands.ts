@@ -1,6 +1,7 @@
 import type { Ctx } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import type { AgentClient, AgentProcess, OutputEvent } from '../../platform/sandboxes/index.js';
+import { resolveTemplate } from '../templates/index.js';
 import { normalizeSandboxPath } from './paths.js';
 import { agentOf } from './service.js';
 import type { CommandBody } from './schemas.js';
@@ -14,14 +15,21 @@ export interface Started {
   pid: number;
 }
 
-/** Starts a command in a running sandbox. */
+/** A ready template never changes, so its WORKDIR is looked up once per process. */
+const workdirs = new Map<string, string | undefined>();
+async function templateWorkdir(ctx: Ctx, slug: string, templateId: string): Promise<string | undefined> {
+  if (!workdirs.has(templateId)) workdirs.set(templateId, (await resolveTemplate(ctx, slug, templateId)).workdir ?? undefined);
+  return workdirs.get(templateId);
+}
+
+/** Starts a command in a running sandbox; without `cwd` it runs in the template's WORKDIR, else the agent's default (home). */
 export async function startCommand(ctx: Ctx, id: string, body: CommandBody): Promise<Started> {
-  const { agent } = await agentOf(ctx, id);
+  const { agent, row } = await agentOf(ctx, id);
   if (body.keepStdin && !body.background) throw errors.invalidField('keepStdin', 'applies to background commands only');
   if (body.keepStdin && body.stdin !== undefined) throw errors.invalidField('stdin', 'give stdin with POST /processes/{pid}/stdin when keepStdin is true');
   const { pid } = await agent.startProcess({
     cmd: body.cmd,
-    cwd: body.cwd === undefined ? undefined : normalizeSandboxPath(body.cwd, 'cwd'),
+    cwd: body.cwd === undefined ? await templateWorkdir(ctx, row.template_slug, row.template_id) : normalizeSandboxPath(body.cwd, 'cwd'),
     env: body.env,
     stdin: body.stdin === undefined ? undefined : Buffer.from(body.stdin).toString('base64'),
     keepStdin: body.keepStdin,

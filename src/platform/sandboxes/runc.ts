@@ -189,6 +189,10 @@ export class RuncRuntime implements SandboxRuntime {
     }
     await fs.rm(this.installDir, { recursive: true, force: true });
     await fs.rm(this.stateRoot, { recursive: true, force: true });
+    // runc removes each container's cgroup; the installation's parent group stays in every controller.
+    for (const controller of await fs.readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
+      await fs.rmdir(path.join('/sys/fs/cgroup', controller, 'hangar-sandboxes', this.opts.installId)).catch(() => undefined);
+    }
   }
 
   async close(): Promise<void> {

@@ -1,0 +1,421 @@
+/**
+ * `sandboxes`: the persistent-sandbox API (runc) against bare runc, in one run on one machine.
+ *   (a) bare `runc run` of /bin/true, foreground, on a bundle prepared once (overlay of the product's base layer,
+ *       /usr stacked as a second overlay, config from `runc spec`): spawn to exit;
+ *   (b) create-to-first-exec: POST /v1/sandboxes `{ network: false }` sent → 200 of the first
+ *       POST /v1/sandboxes/{id}/commands `{ cmd: 'true' }`; then DELETE (not timed). ABBA-interleaved with (a);
+ *   (c) POST /commands `true` in a running sandbox, against `runc exec <id> /bin/true` on the same container, ABBA;
+ *   (d) POST /pause and POST /resume alternately, against `runc pause` / `runc resume` on the same
+ *       container as (c), ABBA.
+ * Hangar runs in this process (as test/harness.ts builds it: embedded SQLite in a temp data dir, template prebuild
+ * off, so no desktop-ubuntu build competes for the CPU) and is reached over real HTTP on loopback with an API key;
+ * its sandbox installation is removed at the end. Needs root, runc, the sandbox agent (scripts/setup.sh).
+ *
+ * Options: --iterations=N (runs of (a), (b) and pause/resume pairs of (d), default 30), --execs=N (commands of (c), 200).
+ * Both can also be set with BENCH_ITERATIONS / BENCH_EXECS.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs, promisify } from 'node:util';
+import { buildApp, closeDeps, createDeps } from '../src/app.js';
+import { parseConfig } from '../src/config.js';
+import { createApiKey, createUser } from '../src/domains/identity/index.js';
+import { createOrganization } from '../src/domains/organizations/index.js';
+import { systemCtx, type Deps } from '../src/platform/context.js';
+import type { App } from '../src/platform/http/server.js';
+import { ensureBaseLayer } from '../src/platform/sandboxes/base-layer.js';
+import { ROLE_SCOPES } from '../src/platform/scopes.js';
+import { table } from './lib/load.js';
+
+export const description = 'sandbox create-to-first-exec, exec, pause, resume over the API vs bare runc run/exec/pause/resume';
+
+const execFileP = promisify(execFile);
+
+/** Aims from the issue, medians in ms. */
+const AIMS = { createToFirstExec: 150, exec: 20, pause: 20, resume: 20 };
+const WARMUPS = 3;
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+const p90 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(0.9 * xs.length) - 1)]!;
+
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
+}
+
+// ---- HTTP ------------------------------------------------------------------------------------
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
+
+interface Api {
+  url: string;
+  apiKey: string;
+}
+
+function request(api: Api, method: string, urlPath: string, body?: unknown): Promise<{ status: number; body: string }> {
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  const headers: Record<string, string | number> = { 'x-api-key': api.apiKey };
+  if (payload !== undefined) {
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = Buffer.byteLength(payload);
+  }
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${api.url}${urlPath}`, { method, agent, headers }, (res) => {
+      let data = '';
+      res.setEncoding('utf8').on('data', (d) => (data += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: data }));
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+async function expect(api: Api, method: string, urlPath: string, status: number, body?: unknown): Promise<any> {
+  const res = await request(api, method, urlPath, body);
+  if (res.status !== status) throw new Error(`${method} ${urlPath} answered ${res.status} (expected ${status}): ${res.body.slice(0, 500)}`);
+  return res.body ? JSON.parse(res.body) : null;
+}
+
+const createSandbox = async (api: Api): Promise<string> => (await expect(api, 'POST', '/v1/sandboxes', 201, { network: false })).data.id as string;
+const deleteSandbox = (api: Api, id: string) => expect(api, 'DELETE', `/v1/sandboxes/${id}`, 204);
+
+async function runTrue(api: Api, id: string): Promise<void> {
+  const r = await expect(api, 'POST', `/v1/sandboxes/${id}/commands`, 200, { cmd: 'true' });
+  if (r.data.exitCode !== 0) throw new Error(`"true" in ${id} exited ${r.data.exitCode} (signal ${r.data.signal}): ${r.data.stderr}`);
+}
+
+// ---- bare runc -------------------------------------------------------------------------------
+
+/** Spawns `runc args...` with stdio ignored; resolves on exit 0 (the time measured is spawn to close). */
+function runc(args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('runc', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr.setEncoding('utf8').on('data', (d) => (err += d));
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`runc ${args.join(' ')} exited ${code}: ${err.trim()}`))));
+  });
+}
+
+async function isMountPoint(p: string): Promise<boolean> {
+  const info = readFileSync('/proc/self/mountinfo', 'utf8');
+  return info.split('\n').some((line) => line.split(' ')[4] === p);
+}
+
+/**
+ * A bundle for `runc run` of /bin/true: rootfs = overlay of the product's base layer (writable upper in the temp dir),
+ * rootfs/usr = overlay of the host's /usr, as RuncRuntime mounts them; config.json = `runc spec` with args, terminal,
+ * and root edited (runc makes its own empty network namespace, as for a sandbox without network).
+ */
+class BareBundle {
+  readonly bundle: string;
+  readonly stateRoot: string;
+  private readonly rootfs: string;
+  private n = 0;
+
+  constructor(readonly dir: string) {
+    this.bundle = path.join(dir, 'bundle');
+    this.stateRoot = path.join(dir, 'state');
+    this.rootfs = path.join(this.bundle, 'rootfs');
+  }
+
+  async prepare(sandboxDir: string): Promise<void> {
+    const { root } = await ensureBaseLayer(sandboxDir);
+    for (const d of ['upper/root', 'upper/usr', 'work/root', 'work/usr', 'bundle/rootfs', 'state']) mkdirSync(path.join(this.dir, d), { recursive: true });
+    const up = (p: string) => path.join(this.dir, p);
+    await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${root},upperdir=${up('upper/root')},workdir=${up('work/root')}`, this.rootfs]);
+    await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=/usr,upperdir=${up('upper/usr')},workdir=${up('work/usr')}`, path.join(this.rootfs, 'usr')]);
+    await execFileP('runc', ['spec', '--bundle', this.bundle]);
+    const file = path.join(this.bundle, 'config.json');
+    const spec = JSON.parse(readFileSync(file, 'utf8'));
+    spec.process.args = ['/bin/true'];
+    spec.process.terminal = false;
+    spec.root = { path: this.rootfs, readonly: false };
+    spec.linux.namespaces = (spec.linux.namespaces as { type: string; path?: string }[]).map((ns) => (ns.type === 'network' ? { type: 'network' } : ns));
+    writeFileSync(file, JSON.stringify(spec));
+  }
+
+  /** One foreground `runc run`; returns its wall time. runc deletes a foreground container when its process exits. */
+  async run(): Promise<number> {
+    const id = `hangar-bench-${process.pid}-${this.n++}`;
+    try {
+      return await timed(() => runc(['--root', this.stateRoot, 'run', '--bundle', this.bundle, id]));
+    } finally {
+      if (existsSync(path.join(this.stateRoot, id))) await runc(['--root', this.stateRoot, 'delete', '--force', id]).catch(() => undefined);
+    }
+  }
+
+  /** Deletes leftover containers, unmounts, and removes the temp dir only once nothing is mounted in it. */
+  async cleanup(): Promise<void> {
+    const { stdout } = await execFileP('runc', ['--root', this.stateRoot, 'list', '-q']).catch(() => ({ stdout: '' }));
+    for (const id of stdout.split('\n').filter(Boolean)) await runc(['--root', this.stateRoot, 'delete', '--force', id]).catch(() => undefined);
+    for (const target of [path.join(this.rootfs, 'usr'), this.rootfs]) {
+      if (await isMountPoint(target)) await execFileP('umount', [target]).catch(() => execFileP('umount', ['-l', target]));
+    }
+    if ((await isMountPoint(path.join(this.rootfs, 'usr'))) || (await isMountPoint(this.rootfs))) {
+      console.error(`sandboxes: ${this.rootfs} is still mounted; leaving ${this.dir} in place`);
+      return;
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+// ---- Hangar in this process ------------------------------------------------------------------
+
+interface Hangar {
+  api: Api;
+  deps: Deps;
+  app: App;
+  dataDir: string;
+  stateRoot: string;
+}
+
+/** Builds Hangar as production does (embedded SQLite, silent log, no response validation), seeds an admin key, listens on loopback. */
+async function startHangar(): Promise<Hangar> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-bench-sandboxes-'));
+  let deps: Deps | undefined;
+  try {
+    const config = parseConfig({
+      HANGAR_DATA_DIR: dataDir,
+      LOG_LEVEL: 'silent',
+      HANGAR_SECRET_KEY: randomBytes(32).toString('hex'),
+      HOST: '127.0.0.1',
+      PORT: '0',
+      HANGAR_TEMPLATE_PREBUILD: 'false',
+      HANGAR_SANDBOX_DIR: process.env.HANGAR_SANDBOX_DIR,
+    });
+    deps = await createDeps(config);
+    if (!deps.sandboxes.available) throw new Error(`persistent sandboxes are unavailable: ${deps.sandboxes.unavailableReason}`);
+    const user = await createUser(deps, { email: 'bench@example.test', name: 'Bench' });
+    const base = systemCtx(deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
+    const org = await createOrganization(base, { name: 'Bench Org' });
+    const adminCtx = systemCtx(deps, { userId: user.id, orgId: org.id, role: 'admin', scopes: ROLE_SCOPES.admin, apiKeyId: null });
+    const key = await createApiKey(adminCtx, { name: 'bench admin key', scopes: ['*'], environment: 'live' });
+    const app = await buildApp(deps);
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    const address = app.server.address();
+    const port = typeof address === 'object' && address ? address.port : 0;
+    return { api: { url: `http://127.0.0.1:${port}`, apiKey: key.key }, deps, app, dataDir, stateRoot: path.join('/run/hangar/runc', deps.installId) };
+  } catch (err) {
+    if (deps) {
+      await deps.sandboxes.removeInstallation().catch(() => undefined);
+      await closeDeps(deps).catch(() => undefined);
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function stopHangar(h: Hangar): Promise<void> {
+  try {
+    await h.app.close();
+    await h.deps.sandboxes.removeInstallation();
+    await closeDeps(h.deps);
+    removeInstallCgroups(h.deps.installId);
+  } finally {
+    rmSync(h.dataDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * runc removes each container's own cgroup, but not the per-installation parent (`/hangar-sandboxes/<installId>`,
+ * the prefix of the product's cgroupsPath) that removeInstallation() leaves in every controller; rmdir only
+ * succeeds on an empty cgroup, so this can remove nothing else.
+ */
+function removeInstallCgroups(installId: string): void {
+  const roots = readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((d) => d.isDirectory());
+  for (const r of roots) {
+    const dir = path.join('/sys/fs/cgroup', r.name, 'hangar-sandboxes', installId);
+    if (existsSync(dir)) {
+      try {
+        rmdirSync(dir);
+      } catch (err) {
+        console.error(`sandboxes: could not remove ${dir}: ${(err as Error).message}`);
+      }
+    }
+  }
+}
+
+// ---- the benchmark ---------------------------------------------------------------------------
+
+interface Row {
+  label: string;
+  samples: number[];
+  /** Samples of the baseline this row's median is compared with. */
+  baseline?: number[];
+  aim?: number;
+  indent?: boolean;
+}
+
+export async function run(argv: string[]): Promise<string> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      iterations: { type: 'string', default: process.env.BENCH_ITERATIONS ?? '30' },
+      execs: { type: 'string', default: process.env.BENCH_EXECS ?? '200' },
+    },
+    strict: false,
+  });
+  const iterations = Number(values.iterations);
+  const execs = Number(values.execs);
+  if (!(iterations > 0) || !(execs > 0)) throw new Error('--iterations and --execs must be positive numbers');
+  if (process.getuid?.() !== 0) throw new Error('needs root (runc creates containers)');
+
+  let hangar: Hangar | undefined;
+  let bare: BareBundle | undefined;
+  const live = new Set<string>();
+  const cleanup = async () => {
+    if (hangar) for (const id of live) await deleteSandbox(hangar.api, id).catch(() => undefined);
+    live.clear();
+    agent.destroy();
+    if (hangar) await stopHangar(hangar).catch((err) => console.error(`sandboxes: Hangar cleanup failed: ${(err as Error).message}`));
+    hangar = undefined;
+    if (bare) await bare.cleanup().catch((err) => console.error(`sandboxes: bundle cleanup failed: ${(err as Error).message}`));
+    bare = undefined;
+  };
+  // Containers outlive this process; an interrupted run still removes them.
+  const onSignal = () => {
+    void cleanup().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+
+  try {
+    process.stdout.write('starting Hangar (in process)... ');
+    hangar = await startHangar();
+    const { api, stateRoot } = hangar;
+    console.log(`listening on ${api.url}, runc root ${stateRoot}`);
+    bare = new BareBundle(mkdtempSync(path.join(tmpdir(), 'hangar-bench-runc-')));
+    await bare.prepare(hangar.deps.config.sandboxes.dir);
+    const bareRun = bare;
+
+    /** (b) one create-to-first-exec; the create and first command are also kept apart. */
+    const createSamples = { total: [] as number[], create: [] as number[], firstExec: [] as number[] };
+    const createToFirstExec = async (record: boolean) => {
+      const t0 = performance.now();
+      const id = await createSandbox(api);
+      live.add(id);
+      const t1 = performance.now();
+      await runTrue(api, id);
+      const t2 = performance.now();
+      await deleteSandbox(api, id);
+      live.delete(id);
+      if (record) {
+        createSamples.total.push(t2 - t0);
+        createSamples.create.push(t1 - t0);
+        createSamples.firstExec.push(t2 - t1);
+      }
+    };
+
+    // (a) and (b), ABBA.
+    console.log(`(a)+(b): ${iterations} bare runc runs and ${iterations} create-to-first-exec (ABBA), after ${WARMUPS} warm-ups each`);
+    for (let i = 0; i < WARMUPS; i++) {
+      await bareRun.run();
+      await createToFirstExec(false);
+    }
+    const runSamples: number[] = [];
+    for (let i = 0; i < iterations; i++) {
+      const steps = [async () => runSamples.push(await bareRun.run()), () => createToFirstExec(true)];
+      for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
+    }
+
+    // (c) exec in a running sandbox, against runc exec on the same container, ABBA.
+    console.log(`(c): ${execs} POST /commands "true" and ${execs} runc exec /bin/true on one running sandbox (ABBA), after ${WARMUPS} warm-ups each`);
+    const sbx = await createSandbox(api);
+    live.add(sbx);
+    const runcExec = () => runc(['--root', stateRoot, 'exec', sbx, '/bin/true']);
+    for (let i = 0; i < WARMUPS; i++) {
+      await runTrue(api, sbx);
+      await runcExec();
+    }
+    const exec = { api: [] as number[], bare: [] as number[] };
+    for (let i = 0; i < execs; i++) {
+      const steps = [async () => exec.api.push(await timed(() => runTrue(api, sbx))), async () => exec.bare.push(await timed(runcExec))];
+      for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
+    }
+
+    // (d) pause/resume pairs over the API and with bare runc, ABBA. Bare pairs leave the container running, as recorded.
+    console.log(`(d): ${iterations} POST /pause + /resume pairs and ${iterations} runc pause + resume pairs on the same sandbox (ABBA)`);
+    const pr = { pause: [] as number[], resume: [] as number[], barePause: [] as number[], bareResume: [] as number[] };
+    const apiPair = async (record: boolean) => {
+      const p = await timed(() => expect(api, 'POST', `/v1/sandboxes/${sbx}/pause`, 200));
+      const r = await timed(() => expect(api, 'POST', `/v1/sandboxes/${sbx}/resume`, 200));
+      if (record) {
+        pr.pause.push(p);
+        pr.resume.push(r);
+      }
+    };
+    const barePair = async (record: boolean) => {
+      const p = await timed(() => runc(['--root', stateRoot, 'pause', sbx]));
+      const r = await timed(() => runc(['--root', stateRoot, 'resume', sbx]));
+      if (record) {
+        pr.barePause.push(p);
+        pr.bareResume.push(r);
+      }
+    };
+    for (let i = 0; i < WARMUPS; i++) {
+      await apiPair(false);
+      await barePair(false);
+    }
+    for (let i = 0; i < iterations; i++) {
+      const steps = [() => apiPair(true), () => barePair(true)];
+      for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
+    }
+    await runTrue(api, sbx); // still usable after all that
+    await deleteSandbox(api, sbx);
+    live.delete(sbx);
+
+    const rows: Row[] = [
+      { label: '(a) bare runc run /bin/true', samples: runSamples },
+      { label: '(b) API create -> first exec', samples: createSamples.total, baseline: runSamples, aim: AIMS.createToFirstExec },
+      { label: '    POST /v1/sandboxes (201)', samples: createSamples.create, baseline: runSamples },
+      { label: '    first POST /commands', samples: createSamples.firstExec },
+      { label: '(c) bare runc exec /bin/true', samples: exec.bare },
+      { label: '(c) API exec: POST /commands true', samples: exec.api, baseline: exec.bare, aim: AIMS.exec },
+      { label: '(d) bare runc pause', samples: pr.barePause },
+      { label: '(d) API POST /pause', samples: pr.pause, baseline: pr.barePause, aim: AIMS.pause },
+      { label: '(d) bare runc resume', samples: pr.bareResume },
+      { label: '(d) API POST /resume', samples: pr.resume, baseline: pr.bareResume, aim: AIMS.resume },
+    ];
+    const f = (x: number) => x.toFixed(1);
+    console.log('');
+    console.log(
+      table(
+        ['target', 'n', 'median ms', 'p90 ms', 'vs bare (median)', 'aim (median)', 'result'],
+        rows.map((r) => {
+          const m = median(r.samples);
+          return [
+            r.label,
+            r.samples.length,
+            f(m),
+            f(p90(r.samples)),
+            r.baseline ? `x${(m / median(r.baseline)).toFixed(2)} (${m >= median(r.baseline) ? '+' : '-'}${f(Math.abs(m - median(r.baseline)))})` : '',
+            r.aim ? `< ${r.aim} ms` : '',
+            r.aim ? (m < r.aim ? 'aim met' : 'aim NOT met') : '',
+          ];
+        }),
+      ),
+    );
+    const aimed = rows.filter((r) => r.aim);
+    const met = aimed.filter((r) => median(r.samples) < r.aim!).length;
+    console.log(`\naims met: ${met}/${aimed.length}`);
+    const m = (xs: number[]) => `${f(median(xs))} ms`;
+    return (
+      `sandboxes: create->first exec ${m(createSamples.total)} (x${(median(createSamples.total) / median(runSamples)).toFixed(2)} of bare runc run ${m(runSamples)}), ` +
+      `exec ${m(exec.api)} (runc exec ${m(exec.bare)}), pause ${m(pr.pause)}, resume ${m(pr.resume)}; aims met ${met}/${aimed.length}`
+    );
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await cleanup();
+  }
+}
