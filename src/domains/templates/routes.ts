@@ -147,6 +147,10 @@ export async function templateRoutes(app: App, deps: Deps) {
         }
       };
       if (!fresh || fresh.status === 'ready' || fresh.status === 'failed') {
+        // The build may have ended after the first read; its last lines were written before its status.
+        const all = await readLog();
+        const rest = all ? all.replace(/\n$/, '').split('\n').slice(next) : [];
+        rest.forEach((line, i) => stream.send('log', { n: next + i, line }, next + i));
         stream.send('status', { status: fresh?.status ?? 'failed', progress: fresh?.progress ?? 0, error: fresh?.error ?? null });
         await finish();
         return;

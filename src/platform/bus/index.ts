@@ -35,6 +35,8 @@ export class RedisBus implements Bus {
   private readonly pub: Redis;
   private readonly sub: Redis;
   private readonly handlers = new Map<string, Set<BusHandler>>();
+  /** The SUBSCRIBE of each channel: a second subscriber waits for it too, so neither misses what follows. */
+  private readonly subscribed = new Map<string, Promise<unknown>>();
 
   constructor(url: string, private readonly prefix = 'hangar:') {
     this.pub = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
@@ -56,15 +58,17 @@ export class RedisBus implements Bus {
     if (!set) {
       set = new Set();
       this.handlers.set(channel, set);
-      await this.sub.subscribe(this.prefix + channel);
+      this.subscribed.set(channel, this.sub.subscribe(this.prefix + channel));
     }
     set.add(handler);
+    await this.subscribed.get(channel);
     return async () => {
       const current = this.handlers.get(channel);
       if (!current) return;
       current.delete(handler);
       if (current.size === 0) {
         this.handlers.delete(channel);
+        this.subscribed.delete(channel);
         await this.sub.unsubscribe(this.prefix + channel);
       }
     };
