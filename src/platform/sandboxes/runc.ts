@@ -29,6 +29,40 @@ const BUILD_CAPS = [
   'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_SETFCAP', 'CAP_AUDIT_WRITE',
 ];
 
+const EPERM = 1;
+const ENOSYS = 38;
+const CLONE_NEWUSER = 0x10000000;
+
+/**
+ * A deny-list in the spirit of Docker's default profile: what a process without capabilities could still
+ * reach of the kernel's rarer surfaces. New user namespaces are the big one (unshare, clone with
+ * CLONE_NEWUSER; clone3 answers ENOSYS so libc falls back to clone, whose flags can be checked).
+ */
+const SECCOMP = {
+  defaultAction: 'SCMP_ACT_ALLOW',
+  architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
+  syscalls: [
+    {
+      names: [
+        'unshare', 'setns', 'mount', 'umount', 'umount2', 'pivot_root', 'chroot', 'move_mount', 'open_tree', 'fsopen',
+        'fsconfig', 'fsmount', 'fspick', 'mount_setattr', 'keyctl', 'add_key', 'request_key', 'bpf', 'perf_event_open',
+        'kexec_load', 'kexec_file_load', 'init_module', 'finit_module', 'delete_module', 'open_by_handle_at',
+        'name_to_handle_at', 'userfaultfd', 'acct', 'swapon', 'swapoff', 'reboot', 'syslog', 'quotactl', 'lookup_dcookie',
+        'iopl', 'ioperm', 'settimeofday', 'clock_settime', 'clock_adjtime', 'adjtimex', 'vhangup', 'nfsservctl',
+      ],
+      action: 'SCMP_ACT_ERRNO',
+      errnoRet: EPERM,
+    },
+    {
+      names: ['clone'],
+      action: 'SCMP_ACT_ERRNO',
+      errnoRet: EPERM,
+      args: [{ index: 0, value: CLONE_NEWUSER, valueTwo: CLONE_NEWUSER, op: 'SCMP_CMP_MASKED_EQ' }],
+    },
+    { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
+  ],
+};
+
 /**
  * Persistent containers run by runc (ADR 0010). Root filesystem = overlay of the template's read-only layers
  * (and the base layer below them) under the container's own writable layer, /usr stacked the same way as a
@@ -287,6 +321,7 @@ export class RuncRuntime implements SandboxRuntime {
           cpu: { quota: Math.round(spec.cpu * 100_000), period: 100_000 },
           pids: { limit: spec.pids },
         },
+        seccomp: SECCOMP,
         maskedPaths: [
           '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
           '/proc/timer_stats', '/proc/sched_debug', '/sys/firmware', '/proc/scsi', '/sys/fs/cgroup',

@@ -1,0 +1,314 @@
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+
+/**
+ * Isolation as a user of a sandbox would notice it: what a sandbox can see, reach and change of the host and
+ * of other sandboxes, and what pause and destroy really do to its processes and files.
+ */
+
+let h: Harness;
+let admin: Actor;
+beforeAll(async () => {
+  h = await createHarness();
+  admin = await createOrgAdmin(h);
+});
+afterAll(() => h?.close());
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function create(body: Record<string, unknown> = {}): Promise<string> {
+  const res = await h.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: admin.headers, payload: { network: false, ...body } });
+  expect(res.statusCode, res.body).toBe(201);
+  return json(res).data.id;
+}
+
+async function run(id: string, cmd: string, extra: Record<string, unknown> = {}) {
+  const res = await h.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/commands`, headers: admin.headers, payload: { cmd, ...extra } });
+  expect(res.statusCode, res.body).toBe(extra.background ? 201 : 200);
+  return json(res).data as { pid: number; exitCode: number | null; signal: string | null; stdout: string; stderr: string };
+}
+
+async function readFile(id: string, p: string): Promise<string> {
+  const res = await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent(p)}`, headers: admin.headers });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.body;
+}
+
+function lifecycle(id: string, verb: 'pause' | 'resume') {
+  return h.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/${verb}`, headers: admin.headers });
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | null | false>, timeoutMs = 5_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** A shell probe that prints `<label>=reached` or `<label>=blocked` for a TCP connect within 3 s. */
+const probe = (label: string, ip: string, port: number) =>
+  `(timeout 3 bash -c 'echo > /dev/tcp/${ip}/${port}' 2>/dev/null && echo ${label}=reached || echo ${label}=blocked)`;
+
+function probeResults(stdout: string): Record<string, string> {
+  return Object.fromEntries(stdout.trim().split('\n').map((l) => l.split('=') as [string, string]));
+}
+
+/** Whether the host itself can open a TCP connection to ip:port. */
+function hostCanConnect(ip: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: ip, port, timeout: 2_000 }, () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.on('error', () => resolve(false));
+    s.on('timeout', () => {
+      s.destroy();
+      resolve(false);
+    });
+  });
+}
+
+const containerDir = (id: string) => path.join(h.deps.config.sandboxes.dir, h.deps.installId, 'containers', id);
+const runcIds = () => {
+  const out = execFileSync('runc', ['--root', `/run/hangar/runc/${h.deps.installId}`, 'list', '--format', 'json'], { encoding: 'utf8' }).trim();
+  return ((JSON.parse(out || 'null') ?? []) as { id: string }[]).map((c) => c.id);
+};
+
+describe('pause and resume', () => {
+  let id: string;
+  const countFile = () => path.join(containerDir(id), 'upper/root/home/user/count');
+  const hostCount = () => Number(readFileSync(countFile(), 'utf8'));
+
+  beforeAll(async () => {
+    id = await create();
+  });
+
+  it('freezes a running loop while paused, and it carries on from where it stopped after resume', async () => {
+    // The count is replaced atomically so that a read never sees a half-written file.
+    const loop = await run(id, 'i=0; while true; do i=$((i+1)); echo $i > count.tmp; mv count.tmp count; sleep 0.05; done', { background: true });
+    await until('the loop to count', async () => Number(await readFile(id, 'count').catch(() => '0')) >= 3);
+
+    const beforePause = Number(await readFile(id, 'count'));
+    expect((await lifecycle(id, 'pause')).statusCode).toBe(200);
+    // While paused the API refuses the sandbox, so look at its writable layer from the host.
+    const atPause = hostCount();
+    expect(atPause).toBeGreaterThanOrEqual(beforePause);
+    await sleep(1_500);
+    expect(hostCount()).toBe(atPause);
+
+    expect((await lifecycle(id, 'resume')).statusCode).toBe(200);
+    const afterResume = Number(await readFile(id, 'count'));
+    // 1.5 s of running would have counted about 25 more.
+    expect(afterResume - beforePause).toBeLessThan(10);
+    await sleep(500);
+    expect(Number(await readFile(id, 'count'))).toBeGreaterThan(afterResume);
+
+    // The same process, still running.
+    const proc = json(await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/processes/${loop.pid}`, headers: admin.headers })).data;
+    expect(proc.running).toBe(true);
+  });
+
+  it('keeps files written before a pause', async () => {
+    const content = `kept ${randomBytes(8).toString('hex')}`;
+    const put = await h.app.inject({ method: 'PUT', url: `/v1/sandboxes/${id}/files/content?path=notes/kept.txt`, headers: admin.headers, payload: content });
+    expect(put.statusCode).toBe(200);
+    await run(id, 'echo from-shell > /tmp/shell.txt');
+    expect((await lifecycle(id, 'pause')).statusCode).toBe(200);
+    expect((await lifecycle(id, 'resume')).statusCode).toBe(200);
+    expect(await readFile(id, 'notes/kept.txt')).toBe(content);
+    expect((await run(id, 'cat /tmp/shell.txt')).stdout).toBe('from-shell\n');
+  });
+});
+
+describe('two sandboxes', () => {
+  let a: string;
+  let b: string;
+  const secret = `secret-${randomBytes(6).toString('hex')}`;
+  const marker = 31_337 + Math.floor(Math.random() * 10_000);
+
+  beforeAll(async () => {
+    [a, b] = await Promise.all([create(), create()]);
+    await run(a, `echo top > ~/${secret}.txt; echo top > /tmp/${secret}.tmp`);
+    await run(a, `sleep ${marker}`, { background: true });
+  });
+
+  it('cannot see each other’s files', async () => {
+    const find = `find / -xdev -name 'secret*' 2>/dev/null; find /tmp /home -name 'secret*' 2>/dev/null`;
+    const own = (await run(a, find)).stdout;
+    expect(own).toContain(`/home/user/${secret}.txt`);
+    expect(own).toContain(`/tmp/${secret}.tmp`);
+    expect((await run(b, find)).stdout).toBe('');
+    expect((await run(b, `ls /home; cat /home/user/${secret}.txt`)).stdout).toBe('user\n');
+  });
+
+  it('cannot see each other’s processes: /proc shows only the sandbox’s own', async () => {
+    const count = Number((await run(b, "ls /proc | grep -E '^[0-9]+$' | wc -l")).stdout);
+    expect(count).toBeGreaterThan(0);
+    expect(count).toBeLessThan(10);
+    expect((await run(b, 'ps -eo args')).stdout).not.toContain(`sleep ${marker}`);
+    expect((await run(a, 'ps -eo args')).stdout).toContain(`sleep ${marker}`);
+    // PID 1 is the sandbox's own agent, not the host's init.
+    expect((await run(b, 'cat /proc/1/cmdline | tr "\\0" " "')).stdout.trim()).toBe('/.hangar/agent');
+  });
+
+  it('run as different unprivileged users with no capabilities, and cannot become root', async () => {
+    const who = async (id: string) => Number((await run(id, 'id -u')).stdout);
+    const [ua, ub] = [await who(a), await who(b)];
+    expect(ua).not.toBe(0);
+    expect(ub).not.toBe(0);
+    expect(ua).not.toBe(ub);
+    expect((await run(b, 'id -un')).stdout).toBe('user\n');
+
+    const caps = (await run(b, 'grep -E "^Cap(Eff|Prm|Bnd|Amb):" /proc/self/status')).stdout;
+    expect(caps.trim().split('\n')).toHaveLength(4);
+    for (const line of caps.trim().split('\n')) expect(line).toMatch(/:\s+0000000000000000$/);
+
+    expect((await run(b, 'sudo -n true', { stdin: '' })).exitCode).not.toBe(0);
+    expect((await run(b, 'su -c true root', { stdin: 'password\n' })).exitCode).not.toBe(0);
+    expect((await run(b, 'mount -t tmpfs none /tmp')).exitCode).not.toBe(0);
+
+    const passwd = await readFile(b, '/etc/passwd');
+    const write = await run(b, 'echo "evil:x:0:0::/root:/bin/bash" >> /etc/passwd; echo $?; touch /usr/bin/evil; echo $?; touch /evil; echo $?');
+    expect(write.stdout.trim().split('\n').map(Number).every((code) => code !== 0)).toBe(true);
+    expect(write.stderr).toContain('Permission denied');
+    expect(await readFile(b, '/etc/passwd')).toBe(passwd);
+    expect((await run(b, 'ls /usr/bin/evil /evil')).exitCode).not.toBe(0);
+    // Host secrets are not part of the sandbox's /etc.
+    expect((await run(b, 'cat /etc/shadow')).exitCode).not.toBe(0);
+  });
+
+  it('cannot make a user namespace (where it would be root again) or use other kernel surfaces meant for admins', async () => {
+    const userns = await run(b, 'unshare -Ur id -u');
+    expect(userns.exitCode).not.toBe(0);
+    expect(userns.stdout).not.toContain('0');
+    expect(userns.stderr).toMatch(/Operation not permitted/);
+    expect((await run(b, 'python3 -c "import os; os.unshare(os.CLONE_NEWUSER)"')).exitCode).not.toBe(0);
+    // Ordinary threads and processes (clone without namespace flags) still work.
+    expect((await run(b, 'python3 -c "import threading; t = threading.Thread(target=print, args=(7,)); t.start(); t.join()"')).stdout).toBe('7\n');
+  });
+});
+
+describe('network', () => {
+  let hostIp: string;
+  let server: net.Server;
+  let port: number;
+  let hangarPort: number;
+
+  beforeAll(async () => {
+    const addrs = execFileSync('ip', ['-4', '-o', 'addr', 'show', 'scope', 'global'], { encoding: 'utf8' })
+      .split('\n')
+      .map((l) => /^\d+:\s+(\S+)\s+inet\s+([\d.]+)\//.exec(l))
+      .filter((m): m is RegExpExecArray => Boolean(m) && m![1] !== 'hangar0');
+    expect(addrs.length).toBeGreaterThan(0);
+    hostIp = addrs[0]![2]!;
+    server = net.createServer((s) => {
+      s.on('error', () => undefined); // the host's own check hangs up at once
+      s.end('hello from the host\n');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '0.0.0.0', resolve));
+    port = (server.address() as net.AddressInfo).port;
+    await h.app.listen({ port: 0, host: '127.0.0.1' });
+    hangarPort = (h.app.server.address() as net.AddressInfo).port;
+  });
+  afterAll(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+
+  it('without network: only loopback, and the host’s loopback services are out of reach', async () => {
+    expect(await hostCanConnect('127.0.0.1', hangarPort)).toBe(true);
+    const id = await create({ network: false });
+    expect((await run(id, 'ls /sys/class/net')).stdout).toBe('lo\n');
+    const r = await run(id, [probe('hangar', '127.0.0.1', hangarPort), probe('postgres', '127.0.0.1', 5432), probe('host', hostIp, port)].join('; '));
+    expect(probeResults(r.stdout)).toEqual({ hangar: 'blocked', postgres: 'blocked', host: 'blocked' });
+  });
+
+  it('with network: the host itself and other sandboxes are out of reach', async () => {
+    // The host's service really answers on that address, so a refusal comes from the sandbox's fence.
+    expect(await hostCanConnect(hostIp, port)).toBe(true);
+    const [a, b] = await Promise.all([create({ network: true }), create({ network: true })]);
+    const ipOf = async (id: string) => /inet (\d+\.\d+\.\d+\.\d+)\//.exec((await run(id, 'ip -4 -o addr show dev eth0')).stdout)?.[1];
+    const ipA = await ipOf(a);
+    expect(ipA).toBeTruthy();
+    const gateway = /default via (\S+)/.exec((await run(b, 'ip route')).stdout)?.[1];
+    expect(gateway).toBeTruthy();
+
+    await run(a, 'python3 -m http.server 8000 --bind 0.0.0.0', { background: true });
+    // A reaches its own server (the probe works), B does not.
+    const self = await until('A’s server to listen', async () => {
+      const out = probeResults((await run(a, probe('self', ipA!, 8000))).stdout);
+      return out.self === 'reached' && out;
+    });
+    expect(self.self).toBe('reached');
+
+    const fromB = await run(
+      b,
+      `${[probe('sandboxA', ipA!, 8000), probe('hostIp', hostIp, port), probe('gateway', gateway!, port), probe('hostPostgres', hostIp, 5432), probe('loopback', '127.0.0.1', hangarPort)].join(' & ')} & wait`,
+    );
+    expect(probeResults(fromB.stdout)).toEqual({ sandboxA: 'blocked', hostIp: 'blocked', gateway: 'blocked', hostPostgres: 'blocked', loopback: 'blocked' });
+  });
+});
+
+describe('limits', () => {
+  it('a program over the memory limit is killed, and the sandbox stays usable', async () => {
+    const id = await create({ memoryMb: 64 });
+    const r = await run(id, 'python3 -c "b=bytearray(200*1024*1024); print(len(b))"');
+    expect(r.stdout).toBe('');
+    const killed = r.exitCode === null ? r.signal === 'SIGKILL' : r.exitCode !== 0;
+    expect(killed, JSON.stringify(r)).toBe(true);
+
+    expect((await run(id, 'echo still here')).stdout).toBe('still here\n');
+    const box = json(await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin.headers })).data;
+    expect(box.state).toBe('running');
+  });
+});
+
+describe('destroy', () => {
+  it('removes the container, its processes, its folder, its mounts, its cgroup and its network', async () => {
+    const id = await create({ network: true });
+    const marker = 40_000 + Math.floor(Math.random() * 10_000);
+    await run(id, `sleep ${marker}`, { background: true });
+    const cgroup = `/sys/fs/cgroup/memory/hangar-sandboxes/${h.deps.installId}/${id}`;
+    const hostProcs = () => execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' });
+    const claims = () => execFileSync('bash', ['-c', `grep -rlx '${id}' /run/hangar/net 2>/dev/null || true`], { encoding: 'utf8' }).trim();
+
+    // Everything is there before ...
+    expect(runcIds()).toContain(id);
+    expect(existsSync(containerDir(id))).toBe(true);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).toContain(containerDir(id));
+    expect(existsSync(cgroup)).toBe(true);
+    expect(hostProcs()).toContain(`sleep ${marker}`);
+    expect(claims()).not.toBe('');
+
+    const res = await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers });
+    expect(res.statusCode).toBe(204);
+
+    // ... and nothing after.
+    expect(runcIds()).not.toContain(id);
+    expect(existsSync(containerDir(id))).toBe(false);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(id);
+    expect(existsSync(cgroup)).toBe(false);
+    expect(hostProcs()).not.toContain(`sleep ${marker}`);
+    expect(claims()).toBe('');
+  });
+
+  it('removes a paused sandbox too, frozen processes included', async () => {
+    const id = await create();
+    const marker = 50_000 + Math.floor(Math.random() * 10_000);
+    await run(id, `sleep ${marker}`, { background: true });
+    expect((await lifecycle(id, 'pause')).statusCode).toBe(200);
+    expect(execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })).toContain(`sleep ${marker}`);
+
+    const res = await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers });
+    expect(res.statusCode).toBe(204);
+    expect(runcIds()).not.toContain(id);
+    expect(existsSync(containerDir(id))).toBe(false);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(id);
+    expect(execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })).not.toContain(`sleep ${marker}`);
+  });
+});
