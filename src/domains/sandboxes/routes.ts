@@ -4,7 +4,8 @@ import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { envelope, ErrorBody, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import { errors } from '../../platform/http/errors.js';
-import { openEventStream, wantsEventStream } from '../../platform/http/sse.js';
+import { openEventStream, wantsEventStream, type EventStream } from '../../platform/http/sse.js';
+import type { OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
 import { ActivityPage, ActivityQuery, listActivity, registerActivityResource } from '../activity/index.js';
 import { collect, startCommand, toProcess } from './commands.js';
@@ -46,6 +47,19 @@ registerActivityResource('sandbox', canSeeSandbox);
 const tags = ['sandboxes'];
 const IDLE_SWEEP_MS = 5_000;
 const withUnavailable = { ...errorResponses, 503: ErrorBody };
+
+/** Relays a process's output as SSE events (`stdout`, `stderr`, `exit`; `error` if the agent fails) and ends the stream. */
+async function relayOutput(stream: EventStream, events: AsyncIterable<OutputEvent>, signal: AbortSignal): Promise<void> {
+  try {
+    for await (const ev of events) {
+      if (ev.type === 'exit') stream.send('exit', { exitCode: ev.exitCode, signal: ev.signal, timedOut: ev.timedOut, durationMs: ev.durationMs });
+      else stream.send(ev.type, { data: Buffer.from(ev.data, 'base64').toString('utf8'), offset: ev.offset });
+    }
+  } catch (err) {
+    if (!signal.aborted) stream.send('error', { message: (err as Error).message });
+  }
+  stream.end();
+}
 
 export async function sandboxRoutes(app: App, deps: Deps) {
   if (deps.sandboxes.available) {
@@ -209,15 +223,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
           kill();
         });
         stream.send('start', { pid });
-        try {
-          for await (const ev of agent.output(pid, { follow: true, signal: controller.signal })) {
-            if (ev.type === 'exit') stream.send('exit', { exitCode: ev.exitCode, signal: ev.signal, timedOut: ev.timedOut, durationMs: ev.durationMs });
-            else stream.send(ev.type, { data: Buffer.from(ev.data, 'base64').toString('utf8'), offset: ev.offset });
-          }
-        } catch (err) {
-          if (!controller.signal.aborted) stream.send('error', { message: (err as Error).message });
-        }
-        stream.end();
+        await relayOutput(stream, agent.output(pid, { follow: true, signal: controller.signal }), controller.signal);
         return;
       }
       const onClose = () => {
@@ -342,15 +348,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         const stream = openEventStream(reply);
         const controller = new AbortController();
         stream.signal.addEventListener('abort', () => controller.abort());
-        try {
-          for await (const ev of agent.output(pid, { follow: req.query.follow, after: req.query.after, signal: controller.signal })) {
-            if (ev.type === 'exit') stream.send('exit', { exitCode: ev.exitCode, signal: ev.signal, timedOut: ev.timedOut, durationMs: ev.durationMs });
-            else stream.send(ev.type, { data: Buffer.from(ev.data, 'base64').toString('utf8'), offset: ev.offset });
-          }
-        } catch (err) {
-          if (!controller.signal.aborted) stream.send('error', { message: (err as Error).message });
-        }
-        stream.end();
+        await relayOutput(stream, agent.output(pid, { follow: req.query.follow, after: req.query.after, signal: controller.signal }), controller.signal);
         return;
       }
       const r = await collect(agent.output(pid, { follow: false, after: req.query.after }));

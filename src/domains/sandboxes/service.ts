@@ -20,19 +20,24 @@ const TOUCH_EVERY_MS = 5_000;
 
 // ---- serialization of lifecycle changes ------------------------------------------------------
 
-const chains = new Map<string, Promise<unknown>>();
-
-/** Runs lifecycle changes of one sandbox one at a time in this process (pause during a resume waits its turn). */
-function serialized<T>(id: string, fn: () => Promise<T>): Promise<T> {
-  const prev = chains.get(id) ?? Promise.resolve();
-  const next = prev.then(fn, fn);
+/** Runs `fn` after every earlier call with the same key has settled (one at a time per key, in this process). */
+function inTurn<T>(queues: Map<string, Promise<unknown>>, key: string, fn: () => Promise<T>): Promise<T> {
+  const next = (queues.get(key) ?? Promise.resolve()).then(fn, fn);
   const tail = next.catch(() => undefined);
-  chains.set(id, tail);
+  queues.set(key, tail);
   void tail.then(() => {
-    if (chains.get(id) === tail) chains.delete(id);
+    if (queues.get(key) === tail) queues.delete(key);
   });
   return next;
 }
+
+const lifecycles = new Map<string, Promise<unknown>>();
+/** Lifecycle changes of one sandbox run one at a time in this process (a pause during a resume waits its turn). */
+const serialized = <T>(id: string, fn: () => Promise<T>) => inTurn(lifecycles, id, fn);
+
+const admissions = new Map<string, Promise<unknown>>();
+/** Admission (limit check + insert) one at a time per organization in this process. */
+const admit = <T>(org: string, fn: () => Promise<T>) => inTurn(admissions, org, fn);
 
 // ---- records ---------------------------------------------------------------------------------
 
@@ -202,19 +207,6 @@ function requireRuntime(deps: Deps, network: boolean): void {
   const rt = deps.sandboxes;
   if (!rt.available) throw errors.unavailable(`persistent sandboxes are unavailable on this server: ${rt.unavailableReason}`);
   if (network && rt.networkReason) throw errors.unavailable(`sandboxes with network are unavailable on this server: ${rt.networkReason}; create it with "network": false`);
-}
-
-const orgLocks = new Map<string, Promise<unknown>>();
-/** Admission (limit check + insert) one at a time per organization in this process. */
-function admit<T>(org: string, fn: () => Promise<T>): Promise<T> {
-  const prev = orgLocks.get(org) ?? Promise.resolve();
-  const next = prev.then(fn, fn);
-  const tail = next.catch(() => undefined);
-  orgLocks.set(org, tail);
-  void tail.then(() => {
-    if (orgLocks.get(org) === tail) orgLocks.delete(org);
-  });
-  return next;
 }
 
 function limitError(max: number): AppError {
