@@ -9,6 +9,7 @@ import { organizationRoutes } from './domains/organizations/index.js';
 import { sandboxRoutes } from './domains/sandboxes/index.js';
 import { storageRoutes } from './domains/storage/index.js';
 import { templateRoutes } from './domains/templates/index.js';
+import { threadRoutes } from './domains/threads/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -25,7 +26,7 @@ type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes],
+  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes],
   auth: [],
   tools: [],
   billing: [billingRoutes],

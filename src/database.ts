@@ -186,6 +186,54 @@ export interface SandboxRuntimeTable {
   seconds: number | null;
 }
 
+export interface ThreadsTable {
+  id: string;
+  org_id: string;
+  owner_user_id: string | null;
+  agent_id: string | null;
+  title: string | null;
+  execution_mode: string;
+  archived: number;
+  active_rollout_id: string | null;
+  metadata: string;
+  last_sequence: number;
+  jsonl_bytes: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ThreadRolloutsTable {
+  id: string;
+  thread_id: string;
+  position: number;
+  kind: 'initial' | 'compaction';
+  status: 'active' | 'closed';
+  from_rollout_id: string | null;
+  summary: string | null;
+  summary_method: 'extractive' | 'model' | null;
+  summary_model: string | null;
+  created_at: string;
+  closed_at: string | null;
+}
+
+export interface ThreadEventsTable {
+  thread_id: string;
+  sequence: number;
+  rollout_id: string;
+  run_id: string | null;
+  type: string;
+  payload: string;
+  created_at: string;
+}
+
+export interface ThreadRunLocksTable {
+  thread_id: string;
+  run_id: string;
+  holder: string;
+  acquired_at: string;
+  expires_at: string;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -201,4 +249,8 @@ export interface Database {
   templates: TemplatesTable;
   sandboxes: SandboxesTable;
   sandbox_runtime: SandboxRuntimeTable;
+  threads: ThreadsTable;
+  thread_rollouts: ThreadRolloutsTable;
+  thread_events: ThreadEventsTable;
+  thread_run_locks: ThreadRunLocksTable;
 }

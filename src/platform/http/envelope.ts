@@ -31,6 +31,7 @@ export const ErrorBody = z
       requestId: z.string().optional(),
       issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
       state: z.string().optional().describe('The current state of the resource, on a 409 `invalid_state`'),
+      activeRunId: z.string().optional().describe('The run active on the thread, on a 409 `THREAD_BUSY`'),
     }),
   })
   .meta({ id: 'Error' });

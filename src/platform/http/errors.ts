@@ -58,6 +58,8 @@ export const errors = {
     new AppError('rate_limited', message, undefined, retryAfterSeconds ? { 'retry-after': String(retryAfterSeconds) } : undefined),
   /** 409 for a transition that does not apply; `state` (the current one) is part of the error body. */
   invalidState: (message: string, state: string) => new AppError('invalid_state', message, { state }),
+  /** 409 THREAD_BUSY naming the active run (`activeRunId` in the error body). */
+  threadBusy: (message: string, activeRunId: string) => new AppError('THREAD_BUSY', message, { activeRunId }),
   limitExceeded: (message: string) => new AppError('limit_exceeded', message),
   unavailable: (message: string) => new AppError('service_unavailable', message),
   notImplemented: (what: string) => new AppError('not_implemented', `${what} is not available in this version of Hangar`),

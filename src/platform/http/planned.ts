@@ -5,8 +5,6 @@
  */
 export const PLANNED: readonly { prefix: string; feature: string }[] = [
   { prefix: '/v1/deployments', feature: 'deployments' },
-  { prefix: '/v1/threads', feature: 'threads' },
-  { prefix: '/v1/thread-events', feature: 'threads' },
   { prefix: '/v1/run', feature: 'agent runs' },
   { prefix: '/v1/agents', feature: 'agents' },
   { prefix: '/v1/models', feature: 'the model registry' },

@@ -25,6 +25,8 @@ declare module 'fastify' {
     scope?: Scope;
     /** Let a session with no organization through (profile, create organization). */
     allowNoOrg?: boolean;
+    /** `query`: a WebSocket upgrade on this route authenticates itself from its query (and closes with a code). */
+    wsAuth?: 'query';
   }
   interface FastifyRequest {
     ctx: Ctx;
@@ -39,13 +41,14 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
 function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
   if (err.headers) reply.headers(err.headers);
-  const body: { code: string; message: string; requestId: string; issues?: FieldIssue[]; state?: string } = {
+  const body: { code: string; message: string; requestId: string; issues?: FieldIssue[]; state?: string; activeRunId?: string } = {
     code: err.code,
     message: err.message,
     requestId: req.id,
   };
   if (err.details?.issues) body.issues = err.details.issues;
   if (typeof err.details?.state === 'string') body.state = err.details.state;
+  if (typeof err.details?.activeRunId === 'string') body.activeRunId = err.details.activeRunId;
   return reply.status(err.status).type('application/json').serializer(JSON.stringify).send({ error: body });
 }
 
@@ -133,6 +136,8 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     reply.header('x-request-id', req.id);
     if (req.url.startsWith('/v1')) reply.header('x-api-version', 'v1');
     if (req.is404 || req.routeOptions.config.auth === 'none' || req.routeOptions.url?.startsWith('/v1/docs')) return;
+    // A WebSocket that authenticates from its query answers with close codes, not HTTP errors (threads).
+    if (req.routeOptions.config.wsAuth === 'query' && req.headers.upgrade?.toLowerCase() === 'websocket') return;
     const principal = await authenticate(req);
     if (!principal.orgId && !req.routeOptions.config.allowNoOrg) {
       throw new AppError('forbidden', 'this request needs an organization: create one with POST /v1/organizations');

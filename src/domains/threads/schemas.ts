@@ -1,0 +1,111 @@
+import { z } from 'zod';
+import { limitParam, queryBool } from '../../platform/http/pagination.js';
+import { DURABLE_TYPES, TRANSIENT_TYPES } from './frames.js';
+
+export const EXECUTION_MODES = ['in_sandbox', 'managed', 'local-desktop'] as const;
+
+export const Thread = z
+  .object({
+    id: z.string().describe('`thr_` prefix'),
+    orgId: z.string(),
+    ownerUserId: z.string().nullable(),
+    agentId: z.string().nullable(),
+    title: z.string().nullable(),
+    executionMode: z.enum(EXECUTION_MODES),
+    archived: z.boolean(),
+    activeRolloutId: z.string().nullable(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .meta({ id: 'Thread' });
+export type Thread = z.infer<typeof Thread>;
+
+export const Rollout = z
+  .object({
+    id: z.string().describe('`rol_` prefix'),
+    threadId: z.string(),
+    position: z.number().int().describe('0 for the thread’s first rollout, then one more per compaction'),
+    kind: z.enum(['initial', 'compaction']),
+    status: z.enum(['active', 'closed']),
+    fromRolloutId: z.string().nullable().describe('The rollout this one compacted'),
+    summary: z.string().nullable().describe('Summary of the previous rollout this one opens with'),
+    summaryMethod: z.enum(['extractive', 'model']).nullable().describe('How the summary was made: `model` (the thread’s agent model) or `extractive` (deterministic, from the messages)'),
+    summaryModel: z.string().nullable(),
+    eventCount: z.number().int(),
+    firstSequence: z.number().int().nullable(),
+    lastSequence: z.number().int().nullable(),
+    createdAt: z.string(),
+    closedAt: z.string().nullable(),
+  })
+  .meta({ id: 'ThreadRollout' });
+export type Rollout = z.infer<typeof Rollout>;
+
+export const ThreadEventSchema = z
+  .object({
+    sequence: z.number().int(),
+    rolloutId: z.string(),
+    threadId: z.string(),
+    runId: z.string().nullable(),
+    type: z.enum(DURABLE_TYPES),
+    payload: z.unknown(),
+    createdAt: z.string(),
+  })
+  .meta({ id: 'ThreadEvent' });
+
+export const ThreadParams = z.object({ threadId: z.string().min(1).max(100) });
+
+export const ListThreadsQuery = z.object({
+  limit: limitParam(50, 100),
+  cursor: z.string().optional(),
+  archived: queryBool.default(false).describe('Include archived threads'),
+});
+
+export const GetThreadQuery = z.object({ include: z.enum(['all_rollouts']).optional() });
+
+export const EventsQuery = z.object({
+  limit: limitParam(100, 500),
+  cursor: z.string().optional(),
+  rollout_id: z.string().min(1).max(100).optional().describe('Only this rollout’s events (default: the active rollout)'),
+  include: z.enum(['all_rollouts']).optional().describe('Every rollout’s events'),
+});
+
+export const CreateThreadBody = z
+  .object({
+    title: z.string().min(1).max(500).optional(),
+    executionMode: z.enum(EXECUTION_MODES).default('managed'),
+    agentId: z.string().min(1).max(100).optional(),
+    metadata: z.record(z.string().max(64), z.string().max(1024)).optional(),
+  })
+  .strict();
+
+export const PatchThreadBody = z
+  .object({
+    title: z.string().min(1).max(500).nullable().optional().describe('New title (null clears it); emits `thread_renamed`'),
+    archived: z.boolean().optional().describe('Archive (true) or unarchive (false); emits `thread_archived`'),
+  })
+  .strict()
+  .refine((b) => b.title !== undefined || b.archived !== undefined, 'give `title` and/or `archived`');
+
+export const CompactBody = z
+  .object({ reason: z.string().max(500).optional().describe('Recorded in `compaction_started`') })
+  .strict();
+
+export const CompactResult = z
+  .object({ thread: Thread, rollout: Rollout, events: z.array(ThreadEventSchema) })
+  .meta({ id: 'CompactionResult' });
+
+/** A transient frame from a local-device client. Type-specific fields (e.g. `delta`) travel as given. */
+export const TransientFrame = z
+  .object({
+    type: z.string().refine((t) => (TRANSIENT_TYPES as readonly string[]).includes(t), {
+      message: `must be a transient frame type (${TRANSIENT_TYPES.join(', ')}); durable frames are written by runs, not through this route`,
+    }),
+    runId: z.string().min(1).max(100),
+    rolloutId: z.string().min(1).max(100),
+    messageId: z.string().min(1).max(200).optional(),
+    sequenceNumber: z.number().int().positive(),
+    delta: z.string().optional(),
+  })
+  .passthrough();
+
+export const ThreadEventsBody = z.object({ threadId: z.string().min(1).max(100), frame: TransientFrame }).strict();
