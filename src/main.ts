@@ -3,6 +3,7 @@ import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createApiKey, createUser, issueSessionToken } from './domains/identity/index.js';
 import { createOrganization } from './domains/organizations/index.js';
+import { rebuildThread } from './domains/threads/index.js';
 import { systemCtx, type Deps } from './platform/context.js';
 import { AppError } from './platform/http/errors.js';
 import { ROLE_SCOPES, type Role } from './platform/scopes.js';
@@ -15,6 +16,7 @@ Commands:
   migrate                                                      apply database migrations
   keys create --scopes S1,S2 [--name N] [--org ID] [--user ID] [--env live|test] [--json]
   token --user ID [--ttl SECONDS]                              a session token from the built-in issuer
+  threads rebuild [--thread ID] [--json]                       rebuild thread event projections from their JSONL
 
 Configuration comes from the environment: see README.md.`;
 
@@ -120,10 +122,24 @@ async function token(config: Config, opts: { user?: string; ttl?: string }) {
   });
 }
 
+/** Rebuilds the SQL projection of one thread's (or every thread's) events from its JSONL, the source of truth. */
+async function threadsRebuild(config: Config, opts: { thread?: string; json: boolean }) {
+  await withDeps(config, async (deps) => {
+    const ids = opts.thread
+      ? [opts.thread]
+      : (await deps.db.kysely.selectFrom('threads').select('id').orderBy('created_at').execute()).map((r) => r.id);
+    const results = [];
+    for (const id of ids) results.push({ threadId: id, ...(await rebuildThread(deps, id)) });
+    if (opts.json) console.log(JSON.stringify(results));
+    else for (const r of results) console.log(`${r.threadId}: ${r.events} events, last sequence ${r.lastSequence}`);
+    if (!ids.length) console.log('no threads');
+  });
+}
+
 async function main(argv: string[]) {
   if (argv[0] === '--help' || argv[0] === '-h') argv = ['help'];
   const [command, ...rest] = argv;
-  const sub = command === 'keys' ? rest.shift() : undefined;
+  const sub = command === 'keys' || command === 'threads' ? rest.shift() : undefined;
   const { values } = parseArgs({
     args: rest,
     options: {
@@ -136,6 +152,7 @@ async function main(argv: string[]) {
       scopes: { type: 'string' },
       env: { type: 'string' },
       ttl: { type: 'string' },
+      thread: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -159,6 +176,9 @@ async function main(argv: string[]) {
       return keysCreate(config, { ...values, json: values.json! });
     case 'token':
       return token(config, values);
+    case 'threads':
+      if (sub !== 'rebuild') throw new CliError('usage: hangar threads rebuild [--thread ID] [--json]');
+      return threadsRebuild(config, { thread: values.thread, json: values.json! });
     default:
       throw new CliError(`unknown command "${command}"\n\n${USAGE}`);
   }
