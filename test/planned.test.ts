@@ -13,7 +13,7 @@ describe('parts of the spec not built yet', () => {
   it('answer 501 not_implemented naming the feature, not a bare 404', async () => {
     for (const [method, url, feature] of [
       ['POST', '/v1/deployments', 'deployments'],
-      ['GET', '/v1/threads', 'threads'],
+      ['GET', '/v1/models/available', 'model registry'],
       ['GET', '/v1/agents/abc/activity', 'agents'],
       ['GET', '/v1/billing/plan', 'billing'],
     ] as const) {
@@ -26,7 +26,7 @@ describe('parts of the spec not built yet', () => {
   });
 
   it('an unknown path is still a 404', async () => {
-    const res = await h.app.inject({ method: 'GET', url: '/v1/threadz', headers: admin.headers });
+    const res = await h.app.inject({ method: 'GET', url: '/v1/agentz', headers: admin.headers });
     expect(res.statusCode).toBe(404);
     expect(json(res).error.code).toBe('not_found');
   });
