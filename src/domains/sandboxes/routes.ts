@@ -312,7 +312,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         summary: 'Signal a process',
         description: 'Sends the signal (default SIGKILL) to the process’s whole process group. 409 when it has exited.',
         params: ProcessParams,
-        body: KillBody.optional(),
+        body: KillBody.nullish(),
         response: { 204: z.null(), ...withUnavailable },
       },
     },

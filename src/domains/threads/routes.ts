@@ -34,7 +34,8 @@ const FRAME_LIMIT_BYTES = 64 * 1024;
 export async function threadRoutes(app: App, deps: Deps) {
   const hub = new ThreadHub(deps);
   const authenticate = createAuthenticator(deps);
-  app.addHook('onClose', () => hub.close());
+  // preClose, before the WebSocket plugin's own (which closes every socket without a code): subscribers get 1001 and a reason.
+  app.addHook('preClose', () => hub.close());
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
   // Start-up check: threads whose JSONL holds more than their projection (a crash between the two) catch up.
   void repairAll(deps)
@@ -190,7 +191,7 @@ export async function threadRoutes(app: App, deps: Deps) {
           '409 THREAD_BUSY while a run is active. Owner only.',
         ].join(''),
         params: ThreadParams,
-        body: CompactBody.optional(),
+        body: CompactBody.nullish(),
         response: { 200: envelope(CompactResult), ...errorResponses },
       },
     },
@@ -233,7 +234,7 @@ export async function threadRoutes(app: App, deps: Deps) {
         body: ThreadEventsBody,
         response: { 202: envelope(z.object({ accepted: z.literal(true) })), ...errorResponses },
       },
-      preHandler: async (req) => {
+      preValidation: async (req) => {
         const internal = Object.keys(req.headers).find((h) => h.toLowerCase().startsWith(INTERNAL_HEADER_PREFIX));
         if (internal) throw errors.forbidden(`internal service header ${internal} is not accepted on this route`);
       },

@@ -415,7 +415,9 @@ export async function publishTransient(ctx: Ctx, threadId: string, frame: Record
   const row = await ownThread(ctx, threadId, 'publish frames to it');
   const rollout = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', frame.rolloutId).executeTakeFirst();
   if (!rollout) throw errors.invalidField('frame.rolloutId', `is not a rollout of thread ${threadId}`);
-  await ctx.deps.bus.publish(threadChannel(threadId), { kind: 'transient', frame: { ...frame, threadId } } as BusFrame);
+  // `sequence` marks durable frames on the wire; a transient frame never carries one.
+  const { sequence: _ignored, ...fields } = frame as Record<string, unknown>;
+  await ctx.deps.bus.publish(threadChannel(threadId), { kind: 'transient', frame: { ...fields, threadId } } as unknown as BusFrame);
 }
 
 // ---- one active run per thread ---------------------------------------------------------------
@@ -514,11 +516,13 @@ export async function compactThread(
   body: { reason?: string },
   summarize?: (events: ThreadEvent[]) => Promise<{ summary: string; model: string } | null>,
 ): Promise<{ thread: Thread; rollout: Rollout; events: ThreadEvent[] }> {
-  const row = await ownThread(ctx, id, 'compact it');
+  const owned = await ownThread(ctx, id, 'compact it');
   const runId = prefixedId('cmp');
   const lock = await acquireRunLock(ctx.deps, id, runId);
   if (!lock.acquired) throw threadBusy(lock.activeRunId);
   try {
+    // Read again under the lock: a compaction that ended meanwhile moved the active rollout.
+    const row = (await exec(ctx).selectFrom('threads').selectAll().where('id', '=', owned.id).executeTakeFirst()) ?? owned;
     const from = row.active_rollout_id!;
     const started = await appendDurable(ctx.deps, id, [{ type: 'compaction_started', payload: { fromRolloutId: from, reason: body.reason ?? null }, rolloutId: from }]);
     const previous = (await ctx.deps.db.kysely.selectFrom('thread_events').selectAll().where('thread_id', '=', id).where('rollout_id', '=', from).orderBy('sequence').execute()).map(toEvent);

@@ -29,6 +29,13 @@ const MAX_REPLAY = 10_000;
 
 type Authenticate = (req: FastifyRequest) => Promise<Principal>;
 
+/** A close reason is at most 123 bytes of UTF-8 (RFC 6455; `ws` throws on more): cut it to fit. */
+function closeReason(reason: string): string {
+  let out = reason.slice(0, 123);
+  while (Buffer.byteLength(out) > 123) out = out.slice(0, -1);
+  return out;
+}
+
 /**
  * One WebSocket subscriber of a thread. Query: exactly one of `api_key` or `token` (and `org_id` for a session
  * token of a user in several organizations), optional `last_sequence`. Frames: `snapshot` first; then, if
@@ -39,7 +46,7 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
   // The raw query: the route's schema (for its HTTP side) strips what it does not know, credentials included.
   const q = Object.fromEntries(new URL(req.url, 'http://localhost').searchParams) as Record<string, string | undefined>;
   const threadId = (req.params as { threadId: string }).threadId;
-  const close = (code: number, reason: string) => socket.close(code, reason.slice(0, 120));
+  const close = (code: number, reason: string) => socket.close(code, closeReason(reason));
   if ((q.api_key ? 1 : 0) + (q.token ? 1 : 0) !== 1) return close(CLOSE.badRequest, 'give exactly one of the query parameters api_key or token');
   let lastSequence: number | null = null;
   if (q.last_sequence !== undefined) {

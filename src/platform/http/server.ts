@@ -136,8 +136,9 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     reply.header('x-request-id', req.id);
     if (req.url.startsWith('/v1')) reply.header('x-api-version', 'v1');
     if (req.is404 || req.routeOptions.config.auth === 'none' || req.routeOptions.url?.startsWith('/v1/docs')) return;
-    // A WebSocket that authenticates from its query answers with close codes, not HTTP errors (threads).
-    if (req.routeOptions.config.wsAuth === 'query' && req.headers.upgrade?.toLowerCase() === 'websocket') return;
+    // A WebSocket that authenticates from its query answers with close codes, not HTTP errors (threads). Only a
+    // real upgrade (`Connection: upgrade` too, as Node requires): an `Upgrade` header alone reaches the HTTP handler.
+    if (req.routeOptions.config.wsAuth === 'query' && req.headers.upgrade?.toLowerCase() === 'websocket' && /(^|,)\s*upgrade\s*(,|$)/i.test(req.headers.connection ?? '')) return;
     const principal = await authenticate(req);
     if (!principal.orgId && !req.routeOptions.config.allowNoOrg) {
       throw new AppError('forbidden', 'this request needs an organization: create one with POST /v1/organizations');
