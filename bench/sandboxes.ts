@@ -15,20 +15,13 @@
  * Both can also be set with BENCH_ITERATIONS / BENCH_EXECS.
  */
 import { execFile, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs, promisify } from 'node:util';
-import { buildApp, closeDeps, createDeps } from '../src/app.js';
-import { parseConfig } from '../src/config.js';
-import { createApiKey, createUser } from '../src/domains/identity/index.js';
-import { createOrganization } from '../src/domains/organizations/index.js';
-import { systemCtx, type Deps } from '../src/platform/context.js';
-import type { App } from '../src/platform/http/server.js';
 import { ensureBaseLayer } from '../src/platform/sandboxes/base-layer.js';
-import { ROLE_SCOPES } from '../src/platform/scopes.js';
+import { startInProcessHangar, stopInProcessHangar, type InProcessHangar } from './lib/in-process.js';
 import { table } from './lib/load.js';
 
 export const description = 'sandbox create-to-first-exec, exec, pause, resume over the API vs bare runc run/exec/pause/resume';
@@ -171,78 +164,24 @@ class BareBundle {
 
 // ---- Hangar in this process ------------------------------------------------------------------
 
-interface Hangar {
+interface Hangar extends InProcessHangar {
   api: Api;
-  deps: Deps;
-  app: App;
-  dataDir: string;
   stateRoot: string;
 }
 
-/** Builds Hangar as production does (embedded SQLite, silent log, no response validation), seeds an admin key, listens on loopback. */
+/** Hangar built in this process as production does (embedded SQLite, silent log, no response validation), with an admin key, on loopback. */
 async function startHangar(): Promise<Hangar> {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-bench-sandboxes-'));
-  let deps: Deps | undefined;
-  try {
-    const config = parseConfig({
-      HANGAR_DATA_DIR: dataDir,
-      LOG_LEVEL: 'silent',
-      HANGAR_SECRET_KEY: randomBytes(32).toString('hex'),
-      HOST: '127.0.0.1',
-      PORT: '0',
-      HANGAR_TEMPLATE_PREBUILD: 'false',
-      HANGAR_SANDBOX_DIR: process.env.HANGAR_SANDBOX_DIR,
-    });
-    deps = await createDeps(config);
-    if (!deps.sandboxes.available) throw new Error(`persistent sandboxes are unavailable: ${deps.sandboxes.unavailableReason}`);
-    const user = await createUser(deps, { email: 'bench@example.test', name: 'Bench' });
-    const base = systemCtx(deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
-    const org = await createOrganization(base, { name: 'Bench Org' });
-    const adminCtx = systemCtx(deps, { userId: user.id, orgId: org.id, role: 'admin', scopes: ROLE_SCOPES.admin, apiKeyId: null });
-    const key = await createApiKey(adminCtx, { name: 'bench admin key', scopes: ['*'], environment: 'live' });
-    const app = await buildApp(deps);
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    const address = app.server.address();
-    const port = typeof address === 'object' && address ? address.port : 0;
-    return { api: { url: `http://127.0.0.1:${port}`, apiKey: key.key }, deps, app, dataDir, stateRoot: path.join('/run/hangar/runc', deps.installId) };
-  } catch (err) {
-    if (deps) {
-      await deps.sandboxes.removeInstallation().catch(() => undefined);
-      await closeDeps(deps).catch(() => undefined);
-    }
-    rmSync(dataDir, { recursive: true, force: true });
-    throw err;
+  const h = await startInProcessHangar('sandboxes', { HANGAR_SANDBOX_DIR: process.env.HANGAR_SANDBOX_DIR });
+  if (!h.deps.sandboxes.available) {
+    const reason = h.deps.sandboxes.unavailableReason;
+    await stopInProcessHangar(h);
+    throw new Error(`persistent sandboxes are unavailable: ${reason}`);
   }
+  return { ...h, api: { url: h.url, apiKey: h.apiKey }, stateRoot: path.join('/run/hangar/runc', h.deps.installId) };
 }
 
 async function stopHangar(h: Hangar): Promise<void> {
-  try {
-    await h.app.close();
-    await h.deps.sandboxes.removeInstallation();
-    await closeDeps(h.deps);
-    removeInstallCgroups(h.deps.installId);
-  } finally {
-    rmSync(h.dataDir, { recursive: true, force: true });
-  }
-}
-
-/**
- * runc removes each container's own cgroup, but not the per-installation parent (`/hangar-sandboxes/<installId>`,
- * the prefix of the product's cgroupsPath) that removeInstallation() leaves in every controller; rmdir only
- * succeeds on an empty cgroup, so this can remove nothing else.
- */
-function removeInstallCgroups(installId: string): void {
-  const roots = readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((d) => d.isDirectory());
-  for (const r of roots) {
-    const dir = path.join('/sys/fs/cgroup', r.name, 'hangar-sandboxes', installId);
-    if (existsSync(dir)) {
-      try {
-        rmdirSync(dir);
-      } catch (err) {
-        console.error(`sandboxes: could not remove ${dir}: ${(err as Error).message}`);
-      }
-    }
-  }
+  await stopInProcessHangar(h);
 }
 
 // ---- the benchmark ---------------------------------------------------------------------------

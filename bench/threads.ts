@@ -18,19 +18,15 @@
  * --threads N (100), --batch N (10), --no-http.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, statfsSync } from 'node:fs';
+import { statfsSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setImmediate as nextTick, setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { WebSocket, WebSocketServer } from 'ws';
 import type { DurableInput } from '../src/domains/threads/index.js';
-import type { Ctx, Deps } from '../src/platform/context.js';
-import type { App } from '../src/platform/http/server.js';
 import { CHILD_NODE_FLAGS } from './lib/child.js';
 import { table } from './lib/load.js';
 
@@ -341,64 +337,15 @@ class Clients {
 
 // ---- servers in this process -----------------------------------------------------------------
 
-interface Hangar {
-  deps: Deps;
-  app: App;
-  dataDir: string;
-  url: string;
-  apiKey: string;
-  /** The owner's context, for creating threads. */
-  ownerCtx: Ctx;
-}
+type Hangar = import('./lib/in-process.js').InProcessHangar;
 
-/** Builds Hangar as test/harness.ts does (embedded SQLite in a temp data dir, silent log, no response validation), seeds an admin key, listens on loopback. */
+/** Hangar in this process (loaded lazily: the clients' child process never needs it). */
 async function startHangar(): Promise<Hangar> {
-  const { buildApp, closeDeps, createDeps } = await import('../src/app.js');
-  const { parseConfig } = await import('../src/config.js');
-  const { createApiKey, createUser } = await import('../src/domains/identity/index.js');
-  const { createOrganization } = await import('../src/domains/organizations/index.js');
-  const { systemCtx } = await import('../src/platform/context.js');
-  const { ROLE_SCOPES } = await import('../src/platform/scopes.js');
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-bench-threads-'));
-  let deps: Deps | undefined;
-  try {
-    const config = parseConfig({
-      HANGAR_DATA_DIR: dataDir,
-      LOG_LEVEL: 'silent',
-      HANGAR_SECRET_KEY: randomBytes(32).toString('hex'),
-      HOST: '127.0.0.1',
-      PORT: '0',
-      HANGAR_TEMPLATE_PREBUILD: 'false',
-    });
-    deps = await createDeps(config);
-    const user = await createUser(deps, { email: 'bench@example.test', name: 'Bench' });
-    const base = systemCtx(deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
-    const org = await createOrganization(base, { name: 'Bench Org' });
-    const ownerCtx = systemCtx(deps, { userId: user.id, orgId: org.id, role: 'admin', scopes: ROLE_SCOPES.admin, apiKeyId: null });
-    const key = await createApiKey(ownerCtx, { name: 'bench admin key', scopes: ['*'], environment: 'live' });
-    const app = await buildApp(deps);
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    const port = (app.server.address() as AddressInfo).port;
-    return { deps, app, dataDir, url: `http://127.0.0.1:${port}`, apiKey: key.key, ownerCtx };
-  } catch (err) {
-    if (deps) {
-      await deps.sandboxes.removeInstallation().catch(() => undefined);
-      await closeDeps(deps).catch(() => undefined);
-    }
-    rmSync(dataDir, { recursive: true, force: true });
-    throw err;
-  }
+  return (await import('./lib/in-process.js')).startInProcessHangar('threads');
 }
 
 async function stopHangar(h: Hangar): Promise<void> {
-  const { closeDeps } = await import('../src/app.js');
-  try {
-    await h.app.close();
-    await h.deps.sandboxes.removeInstallation();
-    await closeDeps(h.deps);
-  } finally {
-    rmSync(h.dataDir, { recursive: true, force: true });
-  }
+  await (await import('./lib/in-process.js')).stopInProcessHangar(h);
 }
 
 /** The baseline: a bare ws server; every client gets `{"type":"snapshot"}` first, as Hangar's do, then the broadcasts. */
