@@ -5,7 +5,9 @@ import { activityRoutes } from './domains/activity/index.js';
 import { billingRoutes } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
+import { modelRoutes } from './domains/models/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
+import { secretRoutes } from './domains/secrets/index.js';
 import { sandboxRoutes } from './domains/sandboxes/index.js';
 import { storageRoutes } from './domains/storage/index.js';
 import { templateRoutes } from './domains/templates/index.js';
@@ -26,9 +28,9 @@ type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes],
+  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes, modelRoutes],
   auth: [],
-  tools: [],
+  tools: [secretRoutes],
   billing: [billingRoutes],
   storage: [storageRoutes],
 };

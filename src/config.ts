@@ -69,6 +69,14 @@ const EnvSchema = z.object({
   HANGAR_SANDBOX_SUBNET: z.string().regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet').default('10.89.0.0/16'),
   HANGAR_TEMPLATE_PREBUILD: z.enum(['true', 'false', '1', '0']).default('true'),
   HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS: intFrom(10, 86_400).default(1800),
+  HANGAR_OPENAI_BASE_URL: z.string().url().optional(),
+  HANGAR_OPENAI_API_KEY: z.string().min(1).optional(),
+  HANGAR_OPENAI_MODELS: z.string().optional(),
+  HANGAR_ANTHROPIC_BASE_URL: z.string().url().optional(),
+  HANGAR_ANTHROPIC_API_KEY: z.string().min(1).optional(),
+  HANGAR_ANTHROPIC_MODELS: z.string().optional(),
+  HANGAR_MODELS_FILE: z.string().min(1).optional(),
+  HANGAR_MODEL_TIMEOUT_MS: intFrom(1000, 3_600_000).default(300_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -92,6 +100,15 @@ export type Config = Readonly<{
   logLevel: string;
   execute: ExecuteConfig;
   sandboxes: SandboxConfig;
+  models: ModelsConfig;
+}>;
+
+/** Model providers for the platform tier, and the models file naming what is offered (see src/domains/models/catalogue.ts). */
+export type ModelsConfig = Readonly<{
+  openai: Readonly<{ baseUrl: string; apiKey: string | null; models: readonly string[] }> | null;
+  anthropic: Readonly<{ baseUrl: string | null; apiKey: string; models: readonly string[] }> | null;
+  file: string | null;
+  timeoutMs: number;
 }>;
 
 /** Persistent sandboxes and template builds (runc). */
@@ -139,6 +156,8 @@ export type ExecuteConfig = Readonly<{
   /** Languages offered (canonical names), or null for every installed one. */
   languages: readonly string[] | null;
 }>;
+
+const list = (v: string | undefined): string[] => (v ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 
 export function parseServices(value: string | undefined): ServiceName[] {
   if (!value || value.trim() === '') return [...SERVICES];
@@ -267,6 +286,16 @@ export function parseConfig(
       maxProcesses: e.HANGAR_EXECUTE_MAX_PROCESSES,
       fileSizeBytes: e.HANGAR_EXECUTE_FILE_SIZE_BYTES,
       languages: languages?.length ? Object.freeze(languages) : null,
+    }),
+    models: Object.freeze({
+      openai: e.HANGAR_OPENAI_BASE_URL || e.HANGAR_OPENAI_API_KEY
+        ? Object.freeze({ baseUrl: e.HANGAR_OPENAI_BASE_URL ?? 'https://api.openai.com/v1', apiKey: e.HANGAR_OPENAI_API_KEY ?? null, models: Object.freeze(list(e.HANGAR_OPENAI_MODELS)) })
+        : null,
+      anthropic: e.HANGAR_ANTHROPIC_API_KEY
+        ? Object.freeze({ baseUrl: e.HANGAR_ANTHROPIC_BASE_URL ?? null, apiKey: e.HANGAR_ANTHROPIC_API_KEY, models: Object.freeze(list(e.HANGAR_ANTHROPIC_MODELS)) })
+        : null,
+      file: e.HANGAR_MODELS_FILE ? path.resolve(e.HANGAR_MODELS_FILE) : null,
+      timeoutMs: e.HANGAR_MODEL_TIMEOUT_MS,
     }),
     sandboxes: Object.freeze({
       dir: path.resolve(e.HANGAR_SANDBOX_DIR),

@@ -234,6 +234,33 @@ export interface ThreadRunLocksTable {
   expires_at: string;
 }
 
+export interface SecretsTable {
+  id: string;
+  org_id: string;
+  owner: string;
+  name: string;
+  ciphertext: string;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ModelUsageTable {
+  id: string;
+  org_id: string;
+  user_id: string | null;
+  model: string;
+  tier: 'platform' | 'byok';
+  source: 'proxy' | 'run';
+  run_id: string | null;
+  input_tokens: number;
+  output_tokens: number;
+  cached_input_tokens: number;
+  reasoning_tokens: number;
+  cost_micros: number;
+  created_at: string;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -253,4 +280,6 @@ export interface Database {
   thread_rollouts: ThreadRolloutsTable;
   thread_events: ThreadEventsTable;
   thread_run_locks: ThreadRunLocksTable;
+  secrets: SecretsTable;
+  model_usage: ModelUsageTable;
 }

@@ -13,7 +13,7 @@ describe('parts of the spec not built yet', () => {
   it('answer 501 not_implemented naming the feature, not a bare 404', async () => {
     for (const [method, url, feature] of [
       ['POST', '/v1/deployments', 'deployments'],
-      ['GET', '/v1/models/available', 'model registry'],
+      ['POST', '/v1/run', 'agent runs'],
       ['GET', '/v1/agents/abc/activity', 'agents'],
       ['GET', '/v1/billing/plan', 'billing'],
     ] as const) {

@@ -17,6 +17,8 @@ export const ERROR_STATUS = {
   limit_exceeded: 429,
   internal: 500,
   not_implemented: 501,
+  provider_error: 502,
+  provider_timeout: 504,
   service_unavailable: 503,
 } as const;
 

@@ -1,0 +1,102 @@
+import { z } from 'zod';
+import type { Deps } from '../../platform/context.js';
+import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
+import type { App } from '../../platform/http/server.js';
+import { AvailableModels, ProxyBody, ProxyResult } from './schemas.js';
+import { availableModels, modelGateway, proxyGenerate, proxyStream } from './service.js';
+
+const tags = ['models'];
+const proxyErrors = { ...errorResponses, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody };
+
+/** Aborted when the client goes away before the answer is complete; the upstream request is cancelled with it. */
+function clientGone(raw: NodeJS.EventEmitter & { writableFinished: boolean }): AbortController {
+  const controller = new AbortController();
+  raw.once('close', () => {
+    if (!raw.writableFinished) controller.abort();
+  });
+  return controller;
+}
+
+export async function modelRoutes(app: App, deps: Deps) {
+  modelGateway(deps); // a bad models file stops start-up with a ConfigError naming it
+
+  app.get(
+    '/v1/models/available',
+    {
+      config: { scope: 'models:use' },
+      schema: {
+        tags,
+        summary: 'Models you can use',
+        description:
+          'Platform models (on the platform’s provider; `available` when that provider is configured) and bring-your-own-key models (`available` when you or your organization have the secret named by `requiresSecret`).',
+        response: { 200: envelope(AvailableModels), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await availableModels(req.ctx)),
+  );
+
+  app.post(
+    '/v1/model-proxy',
+    {
+      config: { scope: 'models:use' },
+      schema: {
+        tags,
+        summary: 'Call a platform model',
+        description: [
+          '`model` (a platform model), `options` (provider-neutral: `messages` of `{ role, content }`, `system`, `maxTokens`, `temperature`, `topP`, `stop`, `seed`, `tools`, `toolChoice`), ',
+          '`tier` (only `platform`). Answers the whole result: `text`, `reasoning`, `toolCalls` (returned, not executed), `finishReason`, `usage`. Usage is metered for billing. ',
+          'Provider failures: 502 `provider_error` (also when the provider refuses the platform’s credentials), 504 `provider_timeout`, 429 when the provider rate-limits, ',
+          '400 when it rejects the request; 503 when the model’s provider is not configured. A client that disconnects cancels the upstream request.',
+        ].join(''),
+        body: ProxyBody,
+        response: { 200: envelope(ProxyResult), ...proxyErrors },
+      },
+    },
+    async (req) => {
+      const controller = clientGone(req.raw as never);
+      return ok(req, await proxyGenerate(req.ctx, req.body, controller.signal));
+    },
+  );
+
+  app.post(
+    '/v1/model-proxy/stream',
+    {
+      config: { scope: 'models:use' },
+      schema: {
+        tags,
+        summary: 'Stream a platform model call (NDJSON)',
+        description: [
+          'Same body as /v1/model-proxy. `Content-Type: application/x-ndjson`, one JSON object per line: `start` (`model`), `text-delta` and `reasoning-delta` (`text`), ',
+          '`tool-call` (`id`, `name`, `input`), then `finish` (`finishReason`, `usage`) — or an `error` line (`error: { code, message }`) if the provider fails mid-stream. ',
+          'Errors found before streaming starts are ordinary JSON errors. A client that disconnects cancels the upstream request.',
+        ].join(''),
+        body: ProxyBody,
+        produces: ['application/x-ndjson'],
+        response: { 200: z.string().describe('NDJSON lines'), ...proxyErrors },
+      },
+    },
+    async (req, reply) => {
+      const controller = clientGone(req.raw as never);
+      const lines = await proxyStream(req.ctx, req.body, controller.signal);
+      reply.hijack();
+      const raw = reply.raw;
+      raw.writeHead(200, {
+        ...(reply.getHeaders() as Record<string, string>),
+        'content-type': 'application/x-ndjson; charset=utf-8',
+        'cache-control': 'no-cache',
+        'x-accel-buffering': 'no',
+      });
+      raw.on('close', () => {
+        if (!raw.writableFinished) controller.abort();
+      });
+      try {
+        for await (const line of lines) {
+          if (controller.signal.aborted) break;
+          raw.write(`${JSON.stringify(line)}\n`);
+        }
+      } finally {
+        if (!raw.writableEnded) raw.end();
+      }
+    },
+  );
+}

@@ -1,0 +1,217 @@
+import { APICallError, generateText, jsonSchema, streamText, tool, type LanguageModel, type LanguageModelUsage, type ModelMessage, type ToolSet } from 'ai';
+import { orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { AppError, errors } from '../../platform/http/errors.js';
+import { nowIso, prefixedId } from '../../platform/ids.js';
+import { existingSecretNames, resolveSecret } from '../secrets/index.js';
+import { loadCatalogue, type ModelEntry } from './catalogue.js';
+import { createModelProvider, type ModelProvider } from './providers.js';
+import type { ProxyBody, ProxyResult, Usage } from './schemas.js';
+
+/** The model gateway of one set of deps: the catalogue and the providers, made once. */
+export interface ModelGateway {
+  catalogue: ModelEntry[];
+  provider: ModelProvider;
+}
+
+const gateways = new WeakMap<Deps, ModelGateway>();
+
+export function modelGateway(deps: Deps): ModelGateway {
+  let g = gateways.get(deps);
+  if (!g) {
+    g = { catalogue: loadCatalogue(deps.config.models), provider: createModelProvider(deps.config.models) };
+    gateways.set(deps, g);
+  }
+  return g;
+}
+
+export async function availableModels(ctx: Ctx) {
+  const { catalogue, provider } = modelGateway(ctx.deps);
+  const byok = catalogue.filter((m) => m.tier === 'byok');
+  const secrets = await existingSecretNames(ctx.deps, orgId(ctx), ctx.principal.userId, [...new Set(byok.map((m) => m.requiresSecret!))]);
+  return {
+    platform: catalogue
+      .filter((m) => m.tier === 'platform')
+      .map((m) => ({ model: m.id, displayName: m.displayName, available: provider.platformUnavailable(m.provider) === null })),
+    byok: byok.map((m) => ({ model: m.id, displayName: m.displayName, requiresSecret: m.requiresSecret!, available: secrets.has(m.requiresSecret!) })),
+  };
+}
+
+export interface ResolvedModel {
+  entry: ModelEntry;
+  model: LanguageModel;
+}
+
+/**
+ * A model the caller may use now: a platform model whose provider is configured, or a BYOK model whose secret
+ * the caller (or the organization) has. Errors name what to configure.
+ */
+export async function resolveModel(ctx: Ctx, id: string, opts: { platformOnly?: boolean; field?: string } = {}): Promise<ResolvedModel> {
+  const field = opts.field ?? 'model';
+  const { catalogue, provider } = modelGateway(ctx.deps);
+  const entry = catalogue.find((m) => m.id === id);
+  if (!entry) throw errors.invalidField(field, `unknown model "${id}"; GET /v1/models/available lists the models`);
+  if (entry.tier === 'byok') {
+    if (opts.platformOnly) throw errors.invalidField(field, `"${id}" is a bring-your-own-key model; the model proxy serves platform models only`);
+    const key = await resolveSecret(ctx.deps, orgId(ctx), ctx.principal.userId, entry.requiresSecret!);
+    if (!key) throw errors.invalidField(field, `"${id}" needs the secret ${entry.requiresSecret}: create it with POST /v1/secrets`);
+    return { entry, model: provider.languageModel(entry, key) };
+  }
+  const why = provider.platformUnavailable(entry.provider);
+  if (why) throw errors.unavailable(`platform model "${id}" is not available on this server: ${why}`);
+  return { entry, model: provider.languageModel(entry) };
+}
+
+export function toUsage(u: LanguageModelUsage | undefined): Usage {
+  const input = u?.inputTokens ?? 0;
+  const output = u?.outputTokens ?? 0;
+  return {
+    inputTokens: input,
+    outputTokens: output,
+    totalTokens: u?.totalTokens ?? input + output,
+    cachedInputTokens: u?.inputTokenDetails?.cacheReadTokens ?? u?.cachedInputTokens ?? 0,
+    reasoningTokens: u?.outputTokenDetails?.reasoningTokens ?? u?.reasoningTokens ?? 0,
+  };
+}
+
+/** Records one model call for billing: platform calls at their price, BYOK calls at zero. */
+export async function recordModelUsage(deps: Deps, input: { orgId: string; userId: string | null; entry: ModelEntry; usage: Usage; source: 'proxy' | 'run'; runId?: string }): Promise<void> {
+  const p = input.entry.tier === 'platform' ? input.entry.pricing : null;
+  const uncached = Math.max(0, input.usage.inputTokens - input.usage.cachedInputTokens);
+  // USD per million tokens x tokens = micro-dollars.
+  const cost = p ? Math.round(uncached * p.inputPerMTok + input.usage.cachedInputTokens * p.cachedInputPerMTok + input.usage.outputTokens * p.outputPerMTok) : 0;
+  await deps.db.kysely
+    .insertInto('model_usage')
+    .values({
+      id: prefixedId('mus'),
+      org_id: input.orgId,
+      user_id: input.userId,
+      model: input.entry.id,
+      tier: input.entry.tier,
+      source: input.source,
+      run_id: input.runId ?? null,
+      input_tokens: input.usage.inputTokens,
+      output_tokens: input.usage.outputTokens,
+      cached_input_tokens: input.usage.cachedInputTokens,
+      reasoning_tokens: input.usage.reasoningTokens,
+      cost_micros: cost,
+      created_at: nowIso(),
+    })
+    .execute();
+}
+
+/** Provider failures as our own errors: a provider's 401 is the platform's misconfiguration, not the caller's. */
+export function providerError(err: unknown, modelId: string): AppError {
+  if (err instanceof AppError) return err;
+  if (APICallError.isInstance(err)) {
+    const status = err.statusCode;
+    const detail = (err.message || '').slice(0, 500);
+    if (status === 401 || status === 403) return new AppError('provider_error', `the model provider refused the credentials for "${modelId}" (${status}): ${detail}`);
+    if (status === 429) return errors.rateLimited(`the model provider is rate limiting "${modelId}": ${detail}`);
+    if (status !== undefined && status >= 400 && status < 500) return errors.invalid(`the model provider rejected the request for "${modelId}" (${status}): ${detail}`);
+    if (status !== undefined) return new AppError('provider_error', `the model provider failed for "${modelId}" (${status}): ${detail}`);
+    return new AppError('provider_error', `the model provider for "${modelId}" could not be reached: ${detail}`);
+  }
+  const e = err as Error;
+  if (e?.name === 'TimeoutError') return new AppError('provider_timeout', `the model provider did not answer for "${modelId}" in time`);
+  return new AppError('provider_error', `the model call for "${modelId}" failed: ${e?.message ?? String(err)}`);
+}
+
+function callArgs(body: ProxyBody, model: LanguageModel, signal: AbortSignal) {
+  const o = body.options;
+  const tools: ToolSet | undefined = o.tools?.length
+    ? Object.fromEntries(o.tools.map((t) => [t.name, tool({ description: t.description, inputSchema: jsonSchema(t.parameters as Parameters<typeof jsonSchema>[0]) })]))
+    : undefined;
+  const messages: ModelMessage[] = o.messages.map((m) => ({
+    role: m.role,
+    content: typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
+  })) as ModelMessage[];
+  const toolChoice = o.toolChoice === undefined ? undefined : typeof o.toolChoice === 'string' ? o.toolChoice : { type: 'tool' as const, toolName: o.toolChoice.tool };
+  return {
+    model,
+    messages,
+    system: o.system,
+    maxOutputTokens: o.maxTokens,
+    temperature: o.temperature,
+    topP: o.topP,
+    stopSequences: o.stop,
+    seed: o.seed,
+    tools,
+    toolChoice: toolChoice as never,
+    abortSignal: signal,
+    maxRetries: 0,
+  };
+}
+
+function checkTier(body: ProxyBody) {
+  if (body.tier !== 'platform') throw errors.invalidField('tier', `only "platform" is accepted (got "${body.tier}")`);
+}
+
+/** `POST /v1/model-proxy`: one platform model call, the whole result at once. */
+export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<ProxyResult> {
+  checkTier(body);
+  const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
+  const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
+  let result;
+  try {
+    result = await generateText(callArgs(body, model, timeout));
+  } catch (err) {
+    throw providerError(err, entry.id);
+  }
+  const usage = toUsage(result.usage);
+  await recordModelUsage(ctx.deps, { orgId: orgId(ctx), userId: ctx.principal.userId, entry, usage, source: 'proxy' });
+  return {
+    model: entry.id,
+    text: result.text,
+    reasoning: result.reasoningText ?? '',
+    toolCalls: result.toolCalls.map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input })),
+    finishReason: result.finishReason,
+    usage,
+  };
+}
+
+export type StreamLine =
+  | { type: 'start'; model: string }
+  | { type: 'text-delta'; text: string }
+  | { type: 'reasoning-delta'; text: string }
+  | { type: 'tool-call'; id: string; name: string; input: unknown }
+  | { type: 'finish'; finishReason: string; usage: Usage }
+  | { type: 'error'; error: { code: string; message: string } };
+
+/**
+ * `POST /v1/model-proxy/stream`: validates and resolves first (errors before any byte are ordinary HTTP errors),
+ * then yields NDJSON lines; an error mid-stream is an `error` line and the stream ends.
+ */
+export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<AsyncGenerator<StreamLine>> {
+  checkTier(body);
+  const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
+  const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
+  const deps = ctx.deps;
+  const org = orgId(ctx);
+  const userId = ctx.principal.userId;
+  async function* lines(): AsyncGenerator<StreamLine> {
+    yield { type: 'start', model: entry.id };
+    let streamError: unknown = null;
+    const result = streamText({ ...callArgs(body, model, timeout), onError: ({ error }) => void (streamError = error) });
+    try {
+      for await (const part of result.fullStream) {
+        if (part.type === 'text-delta') yield { type: 'text-delta', text: part.text };
+        else if (part.type === 'reasoning-delta') yield { type: 'reasoning-delta', text: part.text };
+        else if (part.type === 'tool-call') yield { type: 'tool-call', id: part.toolCallId, name: part.toolName, input: part.input };
+        else if (part.type === 'error') streamError = part.error;
+        else if (part.type === 'finish') {
+          if (streamError) break;
+          const usage = toUsage(part.totalUsage);
+          await recordModelUsage(deps, { orgId: org, userId, entry, usage, source: 'proxy' });
+          yield { type: 'finish', finishReason: part.finishReason, usage };
+        }
+      }
+    } catch (err) {
+      streamError = err;
+    }
+    if (streamError && !signal.aborted) {
+      const e = providerError(streamError, entry.id);
+      yield { type: 'error', error: { code: e.code, message: e.message } };
+    }
+  }
+  return lines();
+}

@@ -1,0 +1,2 @@
+export { secretRoutes } from './routes.js';
+export { resolveSecret, existingSecretNames, normalizeSecretName } from './service.js';
