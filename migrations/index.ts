@@ -3,6 +3,7 @@ import * as foundation from './20261122T0100_foundation.js';
 import * as sandboxes from './20261122T0200_sandboxes.js';
 import * as threads from './20261122T0300_threads.js';
 import * as modelsAndSecrets from './20261122T0400_models_and_secrets.js';
+import * as agents from './20261122T0500_agents.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -10,4 +11,5 @@ export const migrations: Record<string, Migration> = {
   '20261122T0200_sandboxes': sandboxes,
   '20261122T0300_threads': threads,
   '20261122T0400_models_and_secrets': modelsAndSecrets,
+  '20261122T0500_agents': agents,
 };

@@ -2,6 +2,7 @@ import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
 import { activityRoutes } from './domains/activity/index.js';
+import { agentRoutes } from './domains/agents/index.js';
 import { billingRoutes } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
@@ -28,7 +29,7 @@ type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes, modelRoutes],
+  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes, modelRoutes, agentRoutes],
   auth: [],
   tools: [secretRoutes],
   billing: [billingRoutes],

@@ -261,6 +261,25 @@ export interface ModelUsageTable {
   created_at: string;
 }
 
+export interface AgentsTable {
+  id: string;
+  org_id: string;
+  slug: string;
+  name: string;
+  description: string | null;
+  execution_mode: string;
+  target_device_id: string | null;
+  model: string | null;
+  instructions: string | null;
+  tools: string;
+  config: string;
+  sandbox_template: string | null;
+  metadata: string;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -282,4 +301,5 @@ export interface Database {
   thread_run_locks: ThreadRunLocksTable;
   secrets: SecretsTable;
   model_usage: ModelUsageTable;
+  agents: AgentsTable;
 }

@@ -14,7 +14,7 @@ describe('parts of the spec not built yet', () => {
     for (const [method, url, feature] of [
       ['POST', '/v1/deployments', 'deployments'],
       ['POST', '/v1/run', 'agent runs'],
-      ['GET', '/v1/agents/abc/activity', 'agents'],
+      ['GET', '/v1/runs/run_1', 'agent runs'],
       ['GET', '/v1/billing/plan', 'billing'],
     ] as const) {
       const res = await h.app.inject({ method, url, headers: admin.headers });

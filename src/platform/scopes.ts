@@ -26,6 +26,7 @@ export const SCOPES = {
   'models:use': 'List available models and call platform models through the model proxy',
   'agent:read': 'Read agents, runs and threads',
   'agent:run': 'Run agents and change threads',
+  'agent:write': 'Create, change and delete agent definitions',
   'runmesh:read': 'Read device mesh nodes',
   'runmesh:write': 'Change and revoke device mesh nodes',
 } as const;

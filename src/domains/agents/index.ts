@@ -1,0 +1,2 @@
+export { agentRoutes } from './routes.js';
+export { findAgentRow, getAgent } from './service.js';

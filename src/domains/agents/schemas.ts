@@ -1,0 +1,87 @@
+import { z } from 'zod';
+import { EXECUTION_MODES } from '../threads/schemas.js';
+
+/** The tools an agent can be given (the spec's example list). Sandbox tools need `in_sandbox`. */
+export const AGENT_TOOLS = ['exec_command', 'write_stdin', 'apply_patch', 'view_image', 'web_search'] as const;
+export const SANDBOX_TOOLS: readonly string[] = ['exec_command', 'write_stdin', 'apply_patch', 'view_image'];
+
+export const AgentSlug = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be 1 to 63 lowercase letters, digits and "-", starting with a letter or digit');
+
+export const AgentConfig = z
+  .object({
+    maxTurns: z.number().int().min(1).max(200).optional().describe('Model turns per run (default 20)'),
+    maxTokens: z.number().int().min(1).max(1_000_000).optional().describe('Output tokens per model turn'),
+    temperature: z.number().min(0).max(2).optional(),
+  })
+  .strict();
+
+const Fields = {
+  name: z.string().min(1).max(200),
+  description: z.string().max(4000).nullable(),
+  executionMode: z.enum(EXECUTION_MODES),
+  targetDeviceId: z.string().min(1).max(200).nullable().describe('The device of a local-device agent (required for that mode)'),
+  model: z.string().min(1).max(200).nullable().describe('A model id from GET /v1/models/available'),
+  instructions: z.string().max(200_000).nullable().describe('System instructions'),
+  tools: z.array(z.enum(AGENT_TOOLS)).max(AGENT_TOOLS.length),
+  config: AgentConfig,
+  sandboxTemplate: z.string().min(1).max(64).nullable().describe('Template of the sandbox an in_sandbox agent’s tools run in (default base-ubuntu)'),
+  metadata: z.record(z.string().max(64), z.string().max(1024)),
+};
+
+export const CreateAgentBody = z
+  .object({
+    slug: AgentSlug,
+    name: Fields.name.optional(),
+    description: Fields.description.optional(),
+    executionMode: Fields.executionMode.default('managed'),
+    targetDeviceId: Fields.targetDeviceId.optional(),
+    model: Fields.model.optional(),
+    instructions: Fields.instructions.optional(),
+    tools: Fields.tools.default([]),
+    config: Fields.config.default({}),
+    sandboxTemplate: Fields.sandboxTemplate.optional(),
+    metadata: Fields.metadata.default({}),
+  })
+  .strict();
+export type CreateAgentBody = z.infer<typeof CreateAgentBody>;
+
+export const PatchAgentBody = z
+  .object({
+    name: Fields.name.optional(),
+    description: Fields.description.optional(),
+    executionMode: Fields.executionMode.optional(),
+    targetDeviceId: Fields.targetDeviceId.optional(),
+    model: Fields.model.optional(),
+    instructions: Fields.instructions.optional(),
+    tools: Fields.tools.optional(),
+    config: Fields.config.optional(),
+    sandboxTemplate: Fields.sandboxTemplate.optional(),
+    metadata: Fields.metadata.optional(),
+  })
+  .strict();
+export type PatchAgentBody = z.infer<typeof PatchAgentBody>;
+
+export const Agent = z
+  .object({
+    id: z.string(),
+    slug: z.string(),
+    name: z.string(),
+    description: z.string().nullable(),
+    executionMode: z.enum(EXECUTION_MODES),
+    targetDeviceId: z.string().nullable(),
+    model: z.string().nullable(),
+    instructions: z.string().nullable(),
+    tools: z.array(z.enum(AGENT_TOOLS)),
+    config: AgentConfig,
+    sandboxTemplate: z.string().nullable(),
+    metadata: z.record(z.string(), z.string()),
+    createdByUserId: z.string(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+  })
+  .meta({ id: 'Agent' });
+export type Agent = z.infer<typeof Agent>;
+
+export const AgentParams = z.object({ slug: z.string().min(1).max(100) });
