@@ -4,6 +4,7 @@ import * as sandboxes from './20261122T0200_sandboxes.js';
 import * as threads from './20261122T0300_threads.js';
 import * as modelsAndSecrets from './20261122T0400_models_and_secrets.js';
 import * as agents from './20261122T0500_agents.js';
+import * as runs from './20261122T0600_runs.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -12,4 +13,5 @@ export const migrations: Record<string, Migration> = {
   '20261122T0300_threads': threads,
   '20261122T0400_models_and_secrets': modelsAndSecrets,
   '20261122T0500_agents': agents,
+  '20261122T0600_runs': runs,
 };

@@ -8,6 +8,7 @@ import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
+import { runRoutes } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import { sandboxRoutes } from './domains/sandboxes/index.js';
 import { storageRoutes } from './domains/storage/index.js';
@@ -29,7 +30,7 @@ type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes, modelRoutes, agentRoutes],
+  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes, modelRoutes, agentRoutes, runRoutes],
   auth: [],
   tools: [secretRoutes],
   billing: [billingRoutes],

@@ -280,6 +280,34 @@ export interface AgentsTable {
   updated_at: string;
 }
 
+export interface AgentRunsTable {
+  id: string;
+  org_id: string;
+  agent_id: string;
+  agent_slug: string;
+  thread_id: string;
+  rollout_id: string | null;
+  sandbox_id: string | null;
+  target_device_id: string | null;
+  execution_mode: string;
+  model: string | null;
+  status: string;
+  result: string | null;
+  error: string | null;
+  usage: string;
+  iterations: number;
+  node_id: string;
+  metadata: string;
+  created_by_user_id: string;
+  created_at: string;
+  finished_at: string | null;
+}
+
+export interface ThreadSandboxesTable {
+  thread_id: string;
+  sandbox_id: string;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -302,4 +330,6 @@ export interface Database {
   secrets: SecretsTable;
   model_usage: ModelUsageTable;
   agents: AgentsTable;
+  agent_runs: AgentRunsTable;
+  thread_sandboxes: ThreadSandboxesTable;
 }

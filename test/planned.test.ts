@@ -13,8 +13,8 @@ describe('parts of the spec not built yet', () => {
   it('answer 501 not_implemented naming the feature, not a bare 404', async () => {
     for (const [method, url, feature] of [
       ['POST', '/v1/deployments', 'deployments'],
-      ['POST', '/v1/run', 'agent runs'],
-      ['GET', '/v1/runs/run_1', 'agent runs'],
+      ['GET', '/v1/runmesh/devices', 'device mesh'],
+      ['POST', '/v1/agent-channels', 'messaging channels'],
       ['GET', '/v1/billing/plan', 'billing'],
     ] as const) {
       const res = await h.app.inject({ method, url, headers: admin.headers });

@@ -1,3 +1,14 @@
 export { threadRoutes } from './routes.js';
-export { appendDurable, acquireRunLock, renewRunLock, releaseRunLock, activeRun, threadBusy, createThread, rebuildThread, type DurableInput } from './service.js';
-export { DURABLE_TYPES, TRANSIENT_TYPES, type ThreadEvent } from './frames.js';
+export {
+  appendDurable,
+  acquireRunLock,
+  renewRunLock,
+  releaseRunLock,
+  activeRun,
+  threadBusy,
+  createThread,
+  findThread,
+  rebuildThread,
+  type DurableInput,
+} from './service.js';
+export { DURABLE_TYPES, TRANSIENT_TYPES, threadChannel, type BusFrame, type ThreadEvent } from './frames.js';

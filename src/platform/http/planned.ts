@@ -5,8 +5,6 @@
  */
 export const PLANNED: readonly { prefix: string; feature: string }[] = [
   { prefix: '/v1/deployments', feature: 'deployments' },
-  { prefix: '/v1/run', feature: 'agent runs' },
-  { prefix: '/v1/runs', feature: 'agent runs' },
   { prefix: '/v1/tools', feature: 'tools' },
   { prefix: '/v1/oauth', feature: 'OAuth connections' },
   { prefix: '/v1/agent-channels', feature: 'messaging channels' },

@@ -1,0 +1,1 @@
+export { runRoutes } from './routes.js';

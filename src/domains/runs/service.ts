@@ -1,0 +1,352 @@
+import { streamText, type ModelMessage } from 'ai';
+import type { Selectable } from 'kysely';
+import type { AgentRunsTable, AgentsTable } from '../../database.js';
+import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { AppError, errors } from '../../platform/http/errors.js';
+import { nowIso, uuid } from '../../platform/ids.js';
+import { recordActivity } from '../activity/index.js';
+import { findAgentRow } from '../agents/index.js';
+import { providerError, recordModelUsage, resolveModel, toUsage } from '../models/index.js';
+import { agentOf, createSandbox, getSandbox, resumeSandbox } from '../sandboxes/index.js';
+import { acquireRunLock, appendDurable, createThread, findThread, releaseRunLock, renewRunLock, threadBusy, threadChannel, type BusFrame, type DurableInput, type ThreadEvent } from '../threads/index.js';
+import type { RunBody, RunResult, RunUsage } from './schemas.js';
+import { runTool, toolDefinitions } from './tools.js';
+
+type AgentRow = Selectable<AgentsTable>;
+type RunRow = Selectable<AgentRunsTable>;
+
+const DEFAULT_MAX_TURNS = 20;
+const LOCK_TTL_MS = 120_000;
+const SUMMARY_PREFIX = 'Summary of the conversation so far:\n';
+
+/** A frame as a run emits it: a thread event (durable) or a live frame. SSE clients of POST /v1/run get these. */
+export type RunFrame = ThreadEvent | (Record<string, unknown> & { type: string });
+
+/** Runs in progress on this process, for cancel. */
+const active = new Map<string, AbortController>();
+
+const emptyUsage = (): RunUsage => ({ promptTokens: 0, completionTokens: 0, totalTokens: 0, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, reasoningTokens: 0 });
+
+function toResult(row: RunRow): RunResult {
+  return {
+    runId: row.id,
+    agent: row.agent_slug,
+    sandboxId: row.sandbox_id,
+    threadId: row.thread_id,
+    rolloutId: row.rollout_id,
+    targetDeviceId: row.target_device_id,
+    executionMode: row.execution_mode as RunResult['executionMode'],
+    model: row.model,
+    status: row.status as RunResult['status'],
+    result: row.result === null ? null : JSON.parse(row.result),
+    error: row.error,
+    usage: JSON.parse(row.usage) as RunUsage,
+    iterations: row.iterations,
+    createdAt: row.created_at,
+    finishedAt: row.finished_at,
+  };
+}
+
+export async function getRun(ctx: Ctx, runId: string): Promise<RunResult> {
+  const row = await exec(ctx).selectFrom('agent_runs').selectAll().where('id', '=', runId).where('org_id', '=', orgId(ctx)).executeTakeFirst();
+  if (!row || row.created_by_user_id !== ctx.principal.userId) throw errors.notFound('run', runId);
+  return toResult(row);
+}
+
+export async function cancelRun(ctx: Ctx, runId: string): Promise<RunResult> {
+  const run = await getRun(ctx, runId);
+  if (run.status !== 'running') throw errors.invalidState(`run ${runId} is ${run.status}`, run.status);
+  const controller = active.get(runId);
+  if (!controller) throw errors.unavailable(`run ${runId} is running on another node; cancel it there`);
+  controller.abort(new CancelledError());
+  // The run ends itself (status cancelled) as soon as its current step notices.
+  for (let i = 0; i < 100 && active.has(runId); i++) await new Promise((r) => setTimeout(r, 50));
+  return getRun(ctx, runId);
+}
+
+class CancelledError extends Error {
+  constructor() {
+    super('the run was cancelled');
+    this.name = 'CancelledError';
+  }
+}
+
+function userText(body: RunBody): string {
+  const parts = (body.messages ?? []).map((m) => (m.parts.length ? m.parts.map((p) => p.text).join('') : m.content)).filter(Boolean);
+  if (body.prompt) parts.push(body.prompt);
+  const text = parts.join('\n\n').trim();
+  if (!text) throw errors.invalidField('prompt', 'give a prompt or messages with text');
+  return text;
+}
+
+/** The thread's history for the model: the active rollout's summary (if compacted) and its messages. */
+async function history(deps: Deps, threadId: string, rolloutId: string | null): Promise<{ summary: string | null; messages: ModelMessage[] }> {
+  if (!rolloutId) return { summary: null, messages: [] };
+  const rollout = await deps.db.kysely.selectFrom('thread_rollouts').select(['summary']).where('id', '=', rolloutId).executeTakeFirst();
+  const rows = await deps.db.kysely
+    .selectFrom('thread_events')
+    .select(['type', 'payload'])
+    .where('thread_id', '=', threadId)
+    .where('rollout_id', '=', rolloutId)
+    .where('type', 'in', ['user_message', 'assistant_message'])
+    .orderBy('sequence')
+    .execute();
+  const messages: ModelMessage[] = [];
+  for (const r of rows) {
+    const text = (JSON.parse(r.payload) as { text?: string }).text;
+    if (text) messages.push({ role: r.type === 'user_message' ? 'user' : 'assistant', content: text });
+  }
+  return { summary: rollout?.summary ?? null, messages };
+}
+
+/** The thread's sandbox for in_sandbox runs: made from the agent's template on first use, resumed when paused or stopped. */
+async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promise<string> {
+  const link = await exec(ctx).selectFrom('thread_sandboxes').select('sandbox_id').where('thread_id', '=', threadId).executeTakeFirst();
+  if (link) {
+    const sbx = await getSandbox(ctx, link.sandbox_id).catch(() => null);
+    if (sbx?.state === 'running') return sbx.id;
+    if (sbx && (sbx.state === 'paused' || sbx.state === 'stopped')) return (await resumeSandbox(ctx, sbx.id)).id;
+  }
+  const sbx = await createSandbox(ctx, {
+    template: agent.sandbox_template ?? 'base-ubuntu',
+    name: `thread-${threadId.slice(-8).toLowerCase()}`,
+    metadata: { threadId, agent: agent.slug },
+    network: true,
+  });
+  await exec(ctx).deleteFrom('thread_sandboxes').where('thread_id', '=', threadId).execute();
+  await exec(ctx).insertInto('thread_sandboxes').values({ thread_id: threadId, sandbox_id: sbx.id }).execute();
+  return sbx.id;
+}
+
+/**
+ * POST /v1/run: an agent run on a thread. `managed` runs think with the agent's model and have no sandbox tools;
+ * `in_sandbox` runs act through tools in the thread's sandbox; `local-desktop` runs are registered for the
+ * device mesh (status `registered`). Every frame goes into the thread through the same paths as any writer
+ * (durable ones through appendDurable, live ones on the bus) and, for a streaming caller, to `emit`.
+ */
+export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: RunFrame) => void; signal: AbortSignal }): Promise<RunResult> {
+  const { deps } = ctx;
+  const agent = await findAgentRow(ctx, body.agent);
+  const text = userText(body);
+  const tools = JSON.parse(agent.tools) as string[];
+  if (tools.includes('web_search')) {
+    throw errors.invalidField('agent', `agent "${agent.slug}" needs web_search, and this server has no search provider configured; remove the tool from the agent`);
+  }
+  const mode = agent.execution_mode;
+  const cfg = { ...(JSON.parse(agent.config) as RunBody['config']), ...body.config };
+  let model: Awaited<ReturnType<typeof resolveModel>> | null = null;
+  if (mode !== 'local-desktop') {
+    if (!agent.model) throw errors.invalidField('agent', `agent "${agent.slug}" has no model; set one with PATCH /v1/agents/${agent.slug}`);
+    model = await resolveModel(ctx, agent.model, { field: 'agent.model' });
+  }
+
+  const thread = body.threadId
+    ? (await findThread(ctx, body.threadId).then((t) => {
+        if (t.view !== 'owner') throw errors.forbidden('only the thread’s owner can run on it');
+        return t.row;
+      }))
+    : await createThread(ctx, { title: text.slice(0, 80), executionMode: mode, agentId: agent.id }).then((t) => ({ id: t.id, active_rollout_id: t.activeRolloutId }));
+  const threadId = thread.id;
+  const runId = uuid();
+  const lock = await acquireRunLock(deps, threadId, runId, LOCK_TTL_MS);
+  if (!lock.acquired) throw threadBusy(lock.activeRunId);
+
+  const now = nowIso();
+  const row: RunRow = {
+    id: runId,
+    org_id: orgId(ctx),
+    agent_id: agent.id,
+    agent_slug: agent.slug,
+    thread_id: threadId,
+    rollout_id: thread.active_rollout_id,
+    sandbox_id: null,
+    target_device_id: agent.target_device_id,
+    execution_mode: mode,
+    model: agent.model,
+    status: mode === 'local-desktop' ? 'registered' : 'running',
+    result: null,
+    error: null,
+    usage: JSON.stringify(emptyUsage()),
+    iterations: 0,
+    node_id: deps.config.sandboxes.nodeId,
+    metadata: JSON.stringify(body.metadata),
+    created_by_user_id: ctx.principal.userId,
+    created_at: now,
+    finished_at: null,
+  };
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(new CancelledError());
+  opts.signal.addEventListener('abort', onAbort);
+  active.set(runId, controller);
+  const renew = setInterval(() => void renewRunLock(deps, threadId, runId, LOCK_TTL_MS).catch(() => undefined), LOCK_TTL_MS / 4);
+
+  let lastSequence = 0;
+  const durable = async (frames: DurableInput[]) => {
+    const events = await appendDurable(deps, threadId, frames.map((f) => ({ ...f, runId })));
+    for (const e of events) {
+      lastSequence = e.sequence;
+      opts.emit?.(e);
+    }
+    return events;
+  };
+  let messageSeq = 0;
+  const usage = emptyUsage();
+  const live = async (type: string, fields: Record<string, unknown>) => {
+    const frame = { type, threadId, runId, rolloutId: row.rollout_id, sequenceNumber: Math.max(1, lastSequence), ...fields };
+    opts.emit?.(frame);
+    await deps.bus.publish(threadChannel(threadId), { kind: 'transient', frame } as unknown as BusFrame);
+  };
+
+  try {
+    await exec(ctx).insertInto('agent_runs').values(row).execute();
+    await recordActivity(ctx, { resourceType: 'agent', resourceId: agent.id, agentRunId: runId, threadId, eventType: 'agent.run.started', status: 'started', title: `Run of ${agent.slug} started`, metadata: { executionMode: mode, model: agent.model } });
+    if (mode === 'in_sandbox') row.sandbox_id = await threadSandbox(ctx, threadId, agent);
+    await durable([
+      { type: 'run_started', payload: { runId, agent: agent.slug, model: agent.model, executionMode: mode, sandboxId: row.sandbox_id, targetDeviceId: row.target_device_id } },
+      { type: 'user_message', payload: { text } },
+    ]);
+    if (mode === 'local-desktop') {
+      await exec(ctx).updateTable('agent_runs').set({ sandbox_id: row.sandbox_id }).where('id', '=', runId).execute();
+      return toResult(row);
+    }
+
+    const { summary, messages: past } = await history(deps, threadId, row.rollout_id);
+    const messages: ModelMessage[] = [...past];
+    const system = [agent.instructions, summary ? `${SUMMARY_PREFIX}${summary}` : null].filter(Boolean).join('\n\n') || undefined;
+    const toolSet = mode === 'in_sandbox' ? toolDefinitions(tools) : {};
+    const sandboxAgent = row.sandbox_id ? (await agentOf(ctx, row.sandbox_id)).agent : null;
+    const pids = new Set<number>();
+    const maxTurns = cfg.maxTurns ?? DEFAULT_MAX_TURNS;
+    let status: RunResult['status'] = 'max_turns';
+    let finalText: string | null = null;
+
+    for (let turn = 1; turn <= maxTurns; turn++) {
+      row.iterations = turn;
+      const messageId = `msg_${runId.slice(0, 8)}_${++messageSeq}`;
+      let streamError: unknown = null;
+      const stream = streamText({
+        model: model!.model,
+        system,
+        messages,
+        tools: Object.keys(toolSet).length ? toolSet : undefined,
+        maxOutputTokens: cfg.maxTokens,
+        temperature: cfg.temperature,
+        abortSignal: controller.signal,
+        maxRetries: 1,
+        onError: ({ error }) => void (streamError = error),
+      });
+      let textOut = '';
+      let reasoning = '';
+      const calls: { id: string; name: string; input: unknown }[] = [];
+      for await (const part of stream.fullStream) {
+        if (part.type === 'text-delta') {
+          textOut += part.text;
+          await live('assistant_message_delta', { messageId, delta: part.text });
+        } else if (part.type === 'reasoning-delta') {
+          reasoning += part.text;
+          await live('assistant_thinking_delta', { messageId, delta: part.text });
+        } else if (part.type === 'tool-call') calls.push({ id: part.toolCallId, name: part.toolName, input: part.input });
+        else if (part.type === 'error') streamError = part.error;
+        else if (part.type === 'finish') {
+          const u = toUsage(part.totalUsage);
+          usage.inputTokens += u.inputTokens;
+          usage.outputTokens += u.outputTokens;
+          usage.cachedInputTokens += u.cachedInputTokens;
+          usage.reasoningTokens += u.reasoningTokens;
+          usage.totalTokens += u.totalTokens;
+          await recordModelUsage(deps, { orgId: row.org_id, userId: ctx.principal.userId, entry: model!.entry, usage: u, source: 'run', runId });
+        }
+      }
+      if (controller.signal.aborted) throw new CancelledError();
+      if (streamError) throw providerError(streamError, model!.entry.id);
+
+      const assistantParts: Exclude<ModelMessage['content'], string> = [];
+      if (textOut || reasoning) {
+        await durable([{ type: 'assistant_message', payload: { messageId, text: textOut, ...(reasoning ? { reasoning } : {}) } }]);
+        if (textOut) {
+          finalText = textOut;
+          (assistantParts as unknown[]).push({ type: 'text', text: textOut });
+        }
+      }
+      if (!calls.length) {
+        if (textOut || assistantParts.length) messages.push({ role: 'assistant', content: textOut });
+        status = 'completed';
+        break;
+      }
+      for (const c of calls) (assistantParts as unknown[]).push({ type: 'tool-call', toolCallId: c.id, toolName: c.name, input: c.input });
+      messages.push({ role: 'assistant', content: assistantParts } as ModelMessage);
+      const results: unknown[] = [];
+      for (const c of calls) {
+        await durable([{ type: 'tool_call', payload: { toolCallId: c.id, name: c.name, input: c.input } }]);
+        await live('tool_call_started', { toolCallId: c.id, name: c.name });
+        const outcome = sandboxAgent && c.name in toolSet
+          ? await runTool(c.name, c.input, { agent: sandboxAgent, pids, signal: controller.signal, onOutput: (chunk) => void live('tool_output_delta', { toolCallId: c.id, delta: chunk }) })
+          : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
+        if (controller.signal.aborted) throw new CancelledError();
+        await live('tool_call_completed', { toolCallId: c.id, name: c.name, isError: outcome.isError });
+        await durable([{ type: 'tool_result', payload: { toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError, ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}) } }]);
+        if (outcome.isError) {
+          await recordActivity(ctx, { resourceType: 'tool', resourceId: c.name, toolSlug: c.name, agentRunId: runId, threadId, eventType: 'tool.call.failed', status: 'failed', title: `Tool ${c.name} failed`, summary: outcome.output.slice(0, 500) });
+        }
+        results.push({
+          type: 'tool-result',
+          toolCallId: c.id,
+          toolName: c.name,
+          output: outcome.image
+            ? { type: 'content', value: [{ type: 'text', text: outcome.output }, { type: 'image-data', data: outcome.image.data, mediaType: outcome.image.mediaType }] }
+            : outcome.isError
+              ? { type: 'error-text', value: outcome.output }
+              : { type: 'text', value: outcome.output },
+        });
+      }
+      messages.push({ role: 'tool', content: results } as ModelMessage);
+    }
+
+    return await finish(ctx, row, agent, { status, result: finalText, error: status === 'max_turns' ? `stopped after ${maxTurns} model turns (config.maxTurns)` : null, usage }, durable);
+  } catch (err) {
+    const cancelled = err instanceof CancelledError || controller.signal.aborted;
+    const message = cancelled ? 'the run was cancelled' : err instanceof AppError ? err.message : (err as Error).message;
+    if (!cancelled && !(err instanceof AppError)) deps.log.error({ err, runId }, 'run failed');
+    const result = await finish(ctx, row, agent, { status: cancelled ? 'cancelled' : 'failed', result: null, error: message, usage }, durable).catch(() => null);
+    if (result) return result;
+    throw err;
+  } finally {
+    clearInterval(renew);
+    opts.signal.removeEventListener('abort', onAbort);
+    active.delete(runId);
+    // A registered (local-device) run does not hold the thread: the device mesh will take it from here.
+    await releaseRunLock(deps, threadId, runId).catch(() => undefined);
+  }
+}
+
+async function finish(
+  ctx: Ctx,
+  row: RunRow,
+  agent: AgentRow,
+  end: { status: RunResult['status']; result: string | null; error: string | null; usage: RunUsage },
+  durable: (frames: DurableInput[]) => Promise<ThreadEvent[]>,
+): Promise<RunResult> {
+  const finishedAt = nowIso();
+  end.usage.promptTokens = end.usage.inputTokens;
+  end.usage.completionTokens = end.usage.outputTokens;
+  Object.assign(row, { status: end.status, result: JSON.stringify(end.result), error: end.error, usage: JSON.stringify(end.usage), finished_at: finishedAt });
+  await ctx.deps.db.kysely
+    .updateTable('agent_runs')
+    .set({ status: row.status, result: row.result, error: row.error, usage: row.usage, iterations: row.iterations, sandbox_id: row.sandbox_id, finished_at: finishedAt })
+    .where('id', '=', row.id)
+    .execute();
+  await durable([{ type: 'run_completed', payload: { runId: row.id, status: end.status, usage: end.usage, iterations: row.iterations, error: end.error } }]);
+  const ok = end.status === 'completed';
+  await recordActivity(ctx, {
+    resourceType: 'agent',
+    resourceId: agent.id,
+    agentRunId: row.id,
+    threadId: row.thread_id,
+    eventType: ok ? 'agent.run.completed' : 'agent.run.failed',
+    status: ok ? 'completed' : 'failed',
+    title: `Run of ${agent.slug} ${ok ? 'completed' : end.status}`,
+    summary: end.error ?? undefined,
+    metadata: { iterations: row.iterations, usage: end.usage, status: end.status },
+  });
+  return toResult(row);
+}
