@@ -40,8 +40,31 @@ export async function createHarness(env: Record<string, string | undefined> = {}
     HANGAR_TEMPLATE_PREBUILD: 'false',
     ...env,
   });
-  const deps = await createDeps(config);
-  const app = await buildApp(deps);
+  const dropSchema = async () => {
+    if (!schema || !testDatabaseUrl) return;
+    const client = new pg.Client({ connectionString: testDatabaseUrl });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await client.end();
+  };
+  let deps: Deps;
+  let app: App;
+  try {
+    deps = await createDeps(config);
+  } catch (err) {
+    await dropSchema().catch(() => undefined);
+    rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+  try {
+    app = await buildApp(deps);
+  } catch (err) {
+    await deps.sandboxes.removeInstallation().catch(() => undefined);
+    await closeDeps(deps).catch(() => undefined);
+    await dropSchema().catch(() => undefined);
+    rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
   return {
     app,
     deps,
@@ -50,12 +73,7 @@ export async function createHarness(env: Record<string, string | undefined> = {}
       await app.close();
       await deps.sandboxes.removeInstallation();
       await closeDeps(deps);
-      if (schema && testDatabaseUrl) {
-        const client = new pg.Client({ connectionString: testDatabaseUrl });
-        await client.connect();
-        await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-        await client.end();
-      }
+      await dropSchema();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
@@ -8,8 +9,11 @@ import { availableModels, modelGateway, proxyGenerate, proxyStream } from './ser
 const tags = ['models'];
 const proxyErrors = { ...errorResponses, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody };
 
-/** Aborted when the client goes away before the answer is complete; the upstream request is cancelled with it. */
-function clientGone(raw: NodeJS.EventEmitter & { writableFinished: boolean }): AbortController {
+/**
+ * Aborted when the client goes away before the answer is complete; the upstream request is cancelled with it.
+ * Watches the response: the request stream closes as soon as its body has been read (Node's autoDestroy).
+ */
+function clientGone(raw: ServerResponse): AbortController {
   const controller = new AbortController();
   raw.once('close', () => {
     if (!raw.writableFinished) controller.abort();
@@ -52,8 +56,8 @@ export async function modelRoutes(app: App, deps: Deps) {
         response: { 200: envelope(ProxyResult), ...proxyErrors },
       },
     },
-    async (req) => {
-      const controller = clientGone(req.raw as never);
+    async (req, reply) => {
+      const controller = clientGone(reply.raw);
       return ok(req, await proxyGenerate(req.ctx, req.body, controller.signal));
     },
   );
@@ -76,7 +80,7 @@ export async function modelRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const controller = clientGone(req.raw as never);
+      const controller = clientGone(reply.raw);
       const lines = await proxyStream(req.ctx, req.body, controller.signal);
       reply.hijack();
       const raw = reply.raw;

@@ -198,6 +198,7 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
         else if (part.type === 'reasoning-delta') yield { type: 'reasoning-delta', text: part.text };
         else if (part.type === 'tool-call') yield { type: 'tool-call', id: part.toolCallId, name: part.toolName, input: part.input };
         else if (part.type === 'error') streamError = part.error;
+        else if (part.type === 'abort') streamError = timeout.reason; // the SDK ends an aborted stream quietly; a timeout must still say so
         else if (part.type === 'finish') {
           if (streamError) break;
           const usage = toUsage(part.totalUsage);

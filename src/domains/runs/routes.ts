@@ -46,9 +46,7 @@ export async function runRoutes(app: App, _deps: Deps) {
         s.end();
         return;
       }
-      req.raw.once('close', () => {
-        if (!reply.raw.writableFinished) controller.abort();
-      });
+      // The response's close (not the request's: that one closes once its body is read) tells a client that left.
       reply.raw.once('close', () => {
         if (!reply.raw.writableFinished) controller.abort();
       });
