@@ -30,6 +30,11 @@ export async function runRoutes(app: App, _deps: Deps) {
     },
     async (req, reply) => {
       const controller = new AbortController();
+      // The response's close (not the request's: that one closes once its body is read) tells a client that left,
+      // for a stream too: one gone before its first frame (e.g. while the sandbox is made) must cancel the run.
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableFinished) controller.abort();
+      });
       if (req.body.stream) {
         // Validation errors (unknown agent, busy thread...) must still be JSON errors: open the stream on the first frame.
         let stream: ReturnType<typeof openEventStream> | null = null;
@@ -46,10 +51,6 @@ export async function runRoutes(app: App, _deps: Deps) {
         s.end();
         return;
       }
-      // The response's close (not the request's: that one closes once its body is read) tells a client that left.
-      reply.raw.once('close', () => {
-        if (!reply.raw.writableFinished) controller.abort();
-      });
       return ok(req, await startRun(req.ctx, req.body, { signal: controller.signal }));
     },
   );

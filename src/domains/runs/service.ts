@@ -305,8 +305,10 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
     return await finish(ctx, row, agent, { status, result: finalText, error: status === 'max_turns' ? `stopped after ${maxTurns} model turns (config.maxTurns)` : null, usage }, durable);
   } catch (err) {
     const cancelled = err instanceof CancelledError || controller.signal.aborted;
-    const message = cancelled ? 'the run was cancelled' : err instanceof AppError ? err.message : (err as Error).message;
-    if (!cancelled && !(err instanceof AppError)) deps.log.error({ err, runId }, 'run failed');
+    // A failure inside the model stream (the SDK's own error) is the provider's, named as such.
+    const failure = cancelled ? null : err instanceof AppError ? err : model ? providerError(err, model.entry.id) : null;
+    const message = cancelled ? 'the run was cancelled' : (failure?.message ?? (err as Error).message);
+    if (!cancelled && !failure) deps.log.error({ err, runId }, 'run failed');
     const result = await finish(ctx, row, agent, { status: cancelled ? 'cancelled' : 'failed', result: null, error: message, usage }, durable).catch(() => null);
     if (result) return result;
     throw err;
@@ -330,12 +332,15 @@ async function finish(
   end.usage.promptTokens = end.usage.inputTokens;
   end.usage.completionTokens = end.usage.outputTokens;
   Object.assign(row, { status: end.status, result: JSON.stringify(end.result), error: end.error, usage: JSON.stringify(end.usage), finished_at: finishedAt });
+  // The thread first (its last frame, then its lock), the run record last: whoever sees the run finished can
+  // start the next one on the thread at once.
+  await durable([{ type: 'run_completed', payload: { runId: row.id, status: end.status, usage: end.usage, iterations: row.iterations, error: end.error } }]);
+  await releaseRunLock(ctx.deps, row.thread_id, row.id);
   await ctx.deps.db.kysely
     .updateTable('agent_runs')
     .set({ status: row.status, result: row.result, error: row.error, usage: row.usage, iterations: row.iterations, sandbox_id: row.sandbox_id, finished_at: finishedAt })
     .where('id', '=', row.id)
     .execute();
-  await durable([{ type: 'run_completed', payload: { runId: row.id, status: end.status, usage: end.usage, iterations: row.iterations, error: end.error } }]);
   const ok = end.status === 'completed';
   await recordActivity(ctx, {
     resourceType: 'agent',
