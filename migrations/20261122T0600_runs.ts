@@ -27,6 +27,20 @@ export async function up(db: Kysely<any>): Promise<void> {
     .execute();
   await db.schema.createIndex('agent_runs_thread').on('agent_runs').columns(['thread_id', 'created_at']).execute();
 
+  // One row per tool execution of a run: the billing service counts them.
+  await db.schema
+    .createTable('tool_executions')
+    .addColumn('id', 'text', (c) => c.primaryKey())
+    .addColumn('org_id', 'text', (c) => c.notNull())
+    .addColumn('user_id', 'text')
+    .addColumn('run_id', 'text', (c) => c.notNull())
+    .addColumn('tool', 'text', (c) => c.notNull())
+    .addColumn('status', 'text', (c) => c.notNull()) // completed | failed
+    .addColumn('duration_ms', 'integer', (c) => c.notNull())
+    .addColumn('created_at', 'text', (c) => c.notNull())
+    .execute();
+  await db.schema.createIndex('tool_executions_org_time').on('tool_executions').columns(['org_id', 'created_at']).execute();
+
   await db.schema
     .createTable('thread_sandboxes')
     .addColumn('thread_id', 'text', (c) => c.primaryKey())
@@ -35,5 +49,5 @@ export async function up(db: Kysely<any>): Promise<void> {
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
-  for (const t of ['thread_sandboxes', 'agent_runs']) await db.schema.dropTable(t).execute();
+  for (const t of ['thread_sandboxes', 'tool_executions', 'agent_runs']) await db.schema.dropTable(t).execute();
 }

@@ -303,6 +303,17 @@ export interface AgentRunsTable {
   finished_at: string | null;
 }
 
+export interface ToolExecutionsTable {
+  id: string;
+  org_id: string;
+  user_id: string | null;
+  run_id: string;
+  tool: string;
+  status: 'completed' | 'failed';
+  duration_ms: number;
+  created_at: string;
+}
+
 export interface ThreadSandboxesTable {
   thread_id: string;
   sandbox_id: string;
@@ -332,4 +343,5 @@ export interface Database {
   agents: AgentsTable;
   agent_runs: AgentRunsTable;
   thread_sandboxes: ThreadSandboxesTable;
+  tool_executions: ToolExecutionsTable;
 }

@@ -303,6 +303,12 @@ describe('runs on a configured provider', () => {
       expect(events[5]!.payload.output).toContain('exit code 0');
       expect(events[5]!.payload.output).toContain('hello from the sandbox');
       expect(events[7]!.payload).toMatchObject({ status: 'completed', iterations: 3 });
+      // Each tool execution is counted for billing.
+      const counted = await h.deps.db.kysely.selectFrom('tool_executions').selectAll().where('run_id', '=', first.runId).orderBy('created_at').execute();
+      expect(counted.map((t) => [t.tool, t.status])).toEqual([
+        ['apply_patch', 'completed'],
+        ['exec_command', 'completed'],
+      ]);
     });
 
     it('the model got each tool’s result in its next request', async () => {

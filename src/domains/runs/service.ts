@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
 import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
-import { nowIso, uuid } from '../../platform/ids.js';
+import { nowIso, prefixedId, uuid } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
 import { providerError, recordModelUsage, resolveModel, toUsage } from '../models/index.js';
@@ -279,9 +279,14 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
       for (const c of calls) {
         await durable([{ type: 'tool_call', payload: { toolCallId: c.id, name: c.name, input: c.input } }]);
         await live('tool_call_started', { toolCallId: c.id, name: c.name });
+        const toolStarted = Date.now();
         const outcome = sandboxAgent && c.name in toolSet
           ? await runTool(c.name, c.input, { agent: sandboxAgent, pids, signal: controller.signal, onOutput: (chunk) => void live('tool_output_delta', { toolCallId: c.id, delta: chunk }) })
           : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
+        await deps.db.kysely
+          .insertInto('tool_executions')
+          .values({ id: prefixedId('tex'), org_id: row.org_id, user_id: ctx.principal.userId, run_id: runId, tool: c.name, status: outcome.isError ? 'failed' : 'completed', duration_ms: Date.now() - toolStarted, created_at: nowIso() })
+          .execute();
         if (controller.signal.aborted) throw new CancelledError();
         await live('tool_call_completed', { toolCallId: c.id, name: c.name, isError: outcome.isError });
         await durable([{ type: 'tool_result', payload: { toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError, ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}) } }]);
