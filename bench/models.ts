@@ -16,13 +16,12 @@
  * (between streamed chunks; default 0, one burst), --profile (then CPU-profile this process over direct and proxied
  * calls and print where the added CPU time goes).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { SERVERS_DIR, serveChild, startServer, type ServerChild } from './lib/child.js';
+import { SERVERS_DIR, serveChild, startProfiler, startServer, type ServerChild } from './lib/child.js';
 import { startInProcessHangar, stopInProcessHangar, type InProcessHangar } from './lib/in-process.js';
 import { table } from './lib/load.js';
 import { analyzeProfile, type Bucket, type ProfileReport } from './lib/profile.js';
@@ -260,25 +259,11 @@ const OTHER = 'other (timers, microtasks, native, idle bookkeeping)';
 
 /** CPU-profiles this process (V8 sampler every 100 µs, as lib/child.ts does for children) while `fn` runs. */
 async function profile(file: string, fn: () => Promise<void>): Promise<string> {
-  const session = new Session();
-  session.connect();
-  const sourceMaps: Record<string, string> = {};
-  const onScript = (e: { params: { url: string; sourceMapURL?: string } }) => {
-    if (e.params.url.startsWith('file://') && e.params.sourceMapURL?.startsWith('data:')) sourceMaps[e.params.url] = e.params.sourceMapURL;
-  };
-  session.on('Debugger.scriptParsed', onScript);
-  await session.post('Debugger.enable');
-  await session.post('Debugger.disable');
-  session.off('Debugger.scriptParsed', onScript);
-  await session.post('Profiler.enable');
-  await session.post('Profiler.setSamplingInterval', { interval: 100 });
-  await session.post('Profiler.start');
+  const stop = await startProfiler(100);
   try {
     await fn();
   } finally {
-    const { profile: p } = await session.post('Profiler.stop');
-    writeFileSync(file, JSON.stringify({ ...p, $sourceMaps: sourceMaps }));
-    session.disconnect();
+    await stop(file);
   }
   return file;
 }

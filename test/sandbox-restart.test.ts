@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeDeps, createDeps } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { testDatabaseUrl, testRedisUrl } from './harness.js';
+import { listeningUrl } from './serve.js';
 
 /**
  * A real restart: `hangar serve` is killed with SIGKILL (no clean shutdown) and started again on the same data
@@ -186,26 +187,5 @@ function kill(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL'): Promise<
   return new Promise((resolve) => {
     child.once('exit', () => resolve());
     child.kill(signal);
-  });
-}
-
-function listeningUrl(child: ChildProcess): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}${err}`)), 30_000);
-    child.stderr!.on('data', (d) => (err += d));
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/\S+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited ${code}: ${err}`));
-    });
   });
 }

@@ -144,13 +144,37 @@ export async function startServer<Info = unknown>(
  * The child side: waits for `start`, runs `setup` (which listens and returns the port), answers
  * `cpu` queries, and on SIGTERM or loss of the parent runs `teardown` and exits.
  */
+/**
+ * Starts V8's sampling profiler on this process; the returned function stops it and writes the profile (with the
+ * inline source maps tsx emits, so reports can name source lines) to `file`.
+ */
+export async function startProfiler(intervalUs: number): Promise<(file: string) => Promise<void>> {
+  const session = new Session();
+  session.connect();
+  const sourceMaps: Record<string, string> = {};
+  const onScript = (e: { params: { url: string; sourceMapURL?: string } }) => {
+    if (e.params.url.startsWith('file://') && e.params.sourceMapURL?.startsWith('data:')) sourceMaps[e.params.url] = e.params.sourceMapURL;
+  };
+  session.on('Debugger.scriptParsed', onScript);
+  await session.post('Debugger.enable');
+  await session.post('Debugger.disable');
+  session.off('Debugger.scriptParsed', onScript);
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: intervalUs });
+  await session.post('Profiler.start');
+  return async (file) => {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(file, JSON.stringify({ ...profile, $sourceMaps: sourceMaps }));
+    session.disconnect();
+  };
+}
+
 export function serveChild(
   setup: (options: any) => Promise<{ port: number; info?: Record<string, unknown> }>,
   teardown: () => Promise<void>,
 ) {
   let stopping = false;
-  let session: Session | undefined;
-  let sourceMaps: Record<string, string> = {};
+  let stopProfiler: ((file: string) => Promise<void>) | undefined;
   const stop = async () => {
     if (stopping) return;
     stopping = true;
@@ -177,29 +201,15 @@ export function serveChild(
       process.send!({ type: 'cpu', id: m.id, micros: u.user + u.system });
     } else if (m.type === 'profile-start') {
       try {
-        session ??= new Session();
-        session.connect();
-        // tsx compiles each file to one line; keep the inline source maps so the report can name source lines.
-        sourceMaps = {};
-        const onScript = (e: { params: { url: string; sourceMapURL?: string } }) => {
-          if (e.params.url.startsWith('file://') && e.params.sourceMapURL?.startsWith('data:')) sourceMaps[e.params.url] = e.params.sourceMapURL;
-        };
-        session.on('Debugger.scriptParsed', onScript);
-        await session.post('Debugger.enable');
-        await session.post('Debugger.disable');
-        session.off('Debugger.scriptParsed', onScript);
-        await session.post('Profiler.enable');
-        await session.post('Profiler.setSamplingInterval', { interval: m.intervalUs as number });
-        await session.post('Profiler.start');
+        stopProfiler = await startProfiler(m.intervalUs as number);
         process.send!({ type: 'ok', id: m.id });
       } catch (err) {
         process.send!({ type: 'error', id: m.id, message: String(err) });
       }
     } else if (m.type === 'profile-stop') {
       try {
-        const { profile } = await session!.post('Profiler.stop');
-        writeFileSync(m.file as string, JSON.stringify({ ...profile, $sourceMaps: sourceMaps }));
-        session!.disconnect();
+        await stopProfiler!(m.file as string);
+        stopProfiler = undefined;
         process.send!({ type: 'ok', id: m.id });
       } catch (err) {
         process.send!({ type: 'error', id: m.id, message: String(err) });
