@@ -74,6 +74,9 @@ describe('configuration', () => {
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '192.168.0.0/16' })).setting).toBe('HANGAR_SANDBOX_SUBNET');
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.300.0.0/16' })).setting).toBe('HANGAR_SANDBOX_SUBNET');
     expect(errorOf(() => parseConfig({ ...base, HANGAR_NODE_ID: 'a b' })).setting).toBe('HANGAR_NODE_ID');
+    // A CFS quota below 0.1 core (or one that rounds to 0, meaning no limit) is refused here as in requests.
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DEFAULT_CPU: '0.001' })).setting).toBe('HANGAR_SANDBOX_DEFAULT_CPU');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_MAX_CPU: '1e-9' })).setting).toBe('HANGAR_SANDBOX_MAX_CPU');
     expect(parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.7.0.0/16', HANGAR_TEMPLATE_PREBUILD: 'false' }).sandboxes).toMatchObject({ subnetOctet: 7, prebuildTemplates: false });
   });
 

@@ -1,4 +1,5 @@
 import type { InjectOptions } from 'fastify';
+import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
@@ -147,6 +148,22 @@ describe('creating and reading sandboxes', () => {
 
     const unknownField = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: { network: false, gpu: 1 } });
     expect(unknownField.statusCode).toBe(400);
+  });
+
+  it('refuses a cpu below 0.1 core or finer than 0.01 core with 400 naming cpu (a quota that rounds to 0 would mean no limit)', async () => {
+    for (const cpu of [1e-9, 0.001, 0.05, 0.099, 0.125, 0]) {
+      const res = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: { network: false, cpu } });
+      expect(res.statusCode, `${cpu}: ${res.body}`).toBe(400);
+      expect(json(res).error.code).toBe('invalid_request');
+      expect(json(res).error.message).toContain('cpu');
+      for (const issue of json(res).error.issues) expect(issue.path).toMatch(/^(body\.)?cpu$/);
+    }
+    const box = await create(h, admin, { cpu: 0.1 });
+    expect(box.cpu).toBe(0.1);
+    // 0.1 core is a CFS quota of 10 ms per 100 ms period on the sandbox's cgroup (never 0, which means no limit).
+    const group = `/sys/fs/cgroup/cpu/hangar-sandboxes/${h.deps.installId}/${box.id}`;
+    expect(readFileSync(`${group}/cpu.cfs_quota_us`, 'utf8').trim()).toBe('10000');
+    expect(readFileSync(`${group}/cpu.cfs_period_us`, 'utf8').trim()).toBe('100000');
   });
 
   it('answers 404 not_found for an unknown id on every kind of route', async () => {

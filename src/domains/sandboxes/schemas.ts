@@ -21,7 +21,13 @@ export const CreateSandboxBody = z
       .refine((m) => Object.keys(m).length <= 50, 'at most 50 keys')
       .optional()
       .describe('Your own key/value strings, returned as given.'),
-    cpu: z.number().positive().max(1024).optional().describe('CPU cores (fractions allowed), up to the server maximum.'),
+    cpu: z
+      .number()
+      .min(0.1)
+      .max(1024)
+      .multipleOf(0.01)
+      .optional()
+      .describe('CPU cores: at least 0.1, in steps of 0.01 (a CFS quota of cpu × 100 ms per 100 ms), up to the server maximum.'),
     memoryMb: z.number().int().min(64).max(1024 * 1024).optional().describe('Memory limit in MiB, up to the server maximum.'),
     idleTimeoutSeconds: z
       .number()

@@ -146,6 +146,9 @@ export class RuncRuntime implements SandboxRuntime {
   }
 
   async start(spec: ContainerSpec): Promise<void> {
+    // A CFS quota of 0 means no limit at all (runc then sets none): never let one through.
+    const quota = Math.round(spec.cpu * 100_000);
+    if (!(quota >= 1_000)) throw new Error(`cpu ${spec.cpu} is below the smallest quota (0.01 core)`);
     const dir = this.dirOf(spec.id);
     const rootfs = path.join(dir, 'rootfs');
     const upper = spec.upper ?? { root: path.join(dir, 'upper/root'), usr: path.join(dir, 'upper/usr') };
