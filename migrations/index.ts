@@ -5,6 +5,7 @@ import * as threads from './20261122T0300_threads.js';
 import * as modelsAndSecrets from './20261122T0400_models_and_secrets.js';
 import * as agents from './20261122T0500_agents.js';
 import * as runs from './20261122T0600_runs.js';
+import * as sandboxDisk from './20261125T1420_sandbox_disk.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -14,4 +15,5 @@ export const migrations: Record<string, Migration> = {
   '20261122T0400_models_and_secrets': modelsAndSecrets,
   '20261122T0500_agents': agents,
   '20261122T0600_runs': runs,
+  '20261125T1420_sandbox_disk': sandboxDisk,
 };

@@ -26,6 +26,7 @@ PACKAGES=(
   openjdk-17-jdk-headless # java, javac
   runc                    # persistent sandboxes (OCI containers)
   nftables iproute2       # sandbox networking: bridge, veth, NAT and the host-protecting rules
+  e2fsprogs util-linux mount # sandbox disks: mkfs.ext4, losetup, mount (a sized ext4 image per sandbox and build)
 )
 
 install_packages() {

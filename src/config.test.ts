@@ -77,6 +77,9 @@ describe('configuration', () => {
     // A CFS quota below 0.1 core (or one that rounds to 0, meaning no limit) is refused here as in requests.
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DEFAULT_CPU: '0.001' })).setting).toBe('HANGAR_SANDBOX_DEFAULT_CPU');
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_MAX_CPU: '1e-9' })).setting).toBe('HANGAR_SANDBOX_MAX_CPU');
+    expect(c.sandboxes).toMatchObject({ defaultDiskMb: 2048, maxDiskMb: 10_240, minFreeDiskMb: 2048, buildDiskMb: 4096 });
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DISK_MB: '20000' })).setting).toBe('HANGAR_SANDBOX_MAX_DISK_MB');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_TEMPLATE_BUILD_DISK_MB: '10' })).setting).toBe('HANGAR_TEMPLATE_BUILD_DISK_MB');
     expect(parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.7.0.0/16', HANGAR_TEMPLATE_PREBUILD: 'false' }).sandboxes).toMatchObject({ subnetOctet: 7, prebuildTemplates: false });
   });
 

@@ -66,6 +66,10 @@ const EnvSchema = z.object({
   HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS: intFrom(0, 30 * 86_400).default(900),
   HANGAR_SANDBOX_MAX_IDLE_SECONDS: intFrom(0, 30 * 86_400).default(86_400),
   HANGAR_SANDBOX_MAX_PROCESSES: intFrom(16, 1_000_000).default(1024),
+  HANGAR_SANDBOX_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(2048),
+  HANGAR_SANDBOX_MAX_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(10_240),
+  HANGAR_SANDBOX_MIN_FREE_DISK_MB: intFrom(0, 1024 ** 4).default(2048),
+  HANGAR_TEMPLATE_BUILD_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(4096),
   HANGAR_SANDBOX_SUBNET: z.string().regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet').default('10.89.0.0/16'),
   HANGAR_TEMPLATE_PREBUILD: z.enum(['true', 'false', '1', '0']).default('true'),
   HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS: intFrom(10, 86_400).default(1800),
@@ -127,6 +131,13 @@ export type SandboxConfig = Readonly<{
   defaultIdleSeconds: number;
   maxIdleSeconds: number;
   maxProcesses: number;
+  /** Size of a sandbox's disk (its writable layer: a sized filesystem image of its own) when the request names none, in MiB. */
+  defaultDiskMb: number;
+  maxDiskMb: number;
+  /** New sandboxes, resumes and template builds are refused (507) while the sandbox folder's filesystem has less free than this, in MiB. */
+  minFreeDiskMb: number;
+  /** Size of a template build's writable layer, in MiB; writing past it fails the build with ENOSPC. */
+  buildDiskMb: number;
   /** Second octet of the 10.N.0.0/16 network that sandboxes with network on use. */
   subnetOctet: number;
   /** Build the system templates that need a build (desktop-ubuntu) at start-up. */
@@ -235,6 +246,7 @@ export function parseConfig(
   }
   if (e.HANGAR_SANDBOX_DEFAULT_CPU > e.HANGAR_SANDBOX_MAX_CPU) throw new ConfigError('HANGAR_SANDBOX_MAX_CPU', 'must be at least HANGAR_SANDBOX_DEFAULT_CPU');
   if (e.HANGAR_SANDBOX_DEFAULT_MEMORY_MB > e.HANGAR_SANDBOX_MAX_MEMORY_MB) throw new ConfigError('HANGAR_SANDBOX_MAX_MEMORY_MB', 'must be at least HANGAR_SANDBOX_DEFAULT_MEMORY_MB');
+  if (e.HANGAR_SANDBOX_DISK_MB > e.HANGAR_SANDBOX_MAX_DISK_MB) throw new ConfigError('HANGAR_SANDBOX_MAX_DISK_MB', 'must be at least HANGAR_SANDBOX_DISK_MB');
   if (e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS > e.HANGAR_SANDBOX_MAX_IDLE_SECONDS && e.HANGAR_SANDBOX_MAX_IDLE_SECONDS !== 0) throw new ConfigError('HANGAR_SANDBOX_MAX_IDLE_SECONDS', 'must be at least HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS');
   const subnetOctet = Number(/^10\.(\d{1,3})\./.exec(e.HANGAR_SANDBOX_SUBNET)![1]);
   if (subnetOctet > 255) throw new ConfigError('HANGAR_SANDBOX_SUBNET', 'must be a 10.N.0.0/16 subnet with N at most 255');
@@ -308,6 +320,10 @@ export function parseConfig(
       defaultIdleSeconds: e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS,
       maxIdleSeconds: e.HANGAR_SANDBOX_MAX_IDLE_SECONDS,
       maxProcesses: e.HANGAR_SANDBOX_MAX_PROCESSES,
+      defaultDiskMb: e.HANGAR_SANDBOX_DISK_MB,
+      maxDiskMb: e.HANGAR_SANDBOX_MAX_DISK_MB,
+      minFreeDiskMb: e.HANGAR_SANDBOX_MIN_FREE_DISK_MB,
+      buildDiskMb: e.HANGAR_TEMPLATE_BUILD_DISK_MB,
       subnetOctet: subnetOctet,
       prebuildTemplates: e.HANGAR_TEMPLATE_PREBUILD === 'true' || e.HANGAR_TEMPLATE_PREBUILD === '1',
       buildTimeoutSeconds: e.HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS,

@@ -164,6 +164,8 @@ export interface SandboxesTable {
   network: number;
   cpu: number;
   memory_mb: number;
+  /** Size of the sandbox's own filesystem image (its writable layer), MiB. */
+  disk_mb: number;
   idle_timeout_seconds: number;
   env: string;
   metadata: string;

@@ -47,6 +47,8 @@ registerActivityResource('sandbox', canSeeSandbox);
 const tags = ['sandboxes'];
 const IDLE_SWEEP_MS = 5_000;
 const withUnavailable = { ...errorResponses, 503: ErrorBody };
+/** Creating and resuming also answer 507 `insufficient_storage` below the host's free-disk floor. */
+const withStorage = { ...withUnavailable, 507: ErrorBody };
 
 /** Relays a process's output as SSE events (`stdout`, `stderr`, `exit`; `error` if the agent fails) and ends the stream. */
 async function relayOutput(stream: EventStream, events: AsyncIterable<OutputEvent>, signal: AbortSignal): Promise<void> {
@@ -85,10 +87,12 @@ export async function sandboxRoutes(app: App, deps: Deps) {
           'its root filesystem is the template’s read-only layers under its own writable layer, kept across pause, resume and restarts of Hangar. ',
           'States: starting → running ⇄ paused; stopped (its container is gone, e.g. after a host reboot: resume starts it again); error; destroyed. ',
           '404 unknown template, 409 `invalid_state` template not ready, 429 `limit_exceeded` at the organization’s maximum of running sandboxes, ',
-          '400 for limits over the server maxima, 503 when this server cannot run sandboxes (or networking, when `network` is true).',
+          '400 for limits over the server maxima, 503 when this server cannot run sandboxes (or networking, when `network` is true), ',
+          '507 `insufficient_storage` while the server’s disk is below its free-space floor. ',
+          'Each sandbox has a disk of `diskMb` of its own (its writable layer): writing past it fails with ENOSPC inside, and `usage.diskBytes` shows what is used.',
         ].join(''),
         body: CreateSandboxBody,
-        response: { 201: envelope(Sandbox), ...withUnavailable },
+        response: { 201: envelope(Sandbox), ...withStorage },
       },
     },
     async (req, reply) => reply.status(201).send(ok(req, await createSandbox(req.ctx, req.body))),
@@ -144,9 +148,9 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         tags,
         summary: 'Resume a sandbox',
         description:
-          'A paused sandbox continues where it stopped (state `running`); a stopped one starts again over its kept files (its processes were gone). 409 `invalid_state` otherwise; 429 at the running limit.',
+          'A paused sandbox continues where it stopped (state `running`); a stopped one starts again over its kept files (its processes were gone). 409 `invalid_state` otherwise; 429 at the running limit; 507 `insufficient_storage` while the server’s disk is below its free-space floor.',
         params: SandboxParams,
-        response: { 200: envelope(Sandbox), ...withUnavailable },
+        response: { 200: envelope(Sandbox), ...withStorage },
       },
     },
     async (req) => ok(req, await resumeSandbox(req.ctx, req.params.id)),

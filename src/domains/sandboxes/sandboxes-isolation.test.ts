@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import { statfs } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -310,5 +311,106 @@ describe('destroy', () => {
     expect(existsSync(containerDir(id))).toBe(false);
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(id);
     expect(execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })).not.toContain(`sleep ${marker}`);
+  });
+});
+
+describe('the disk limit (diskMb)', () => {
+  const LIMIT_MB = 64;
+  const MIB = 1024 * 1024;
+  /** Free bytes of the host filesystem that holds the sandboxes (what a full disk would take from every tenant). */
+  const hostFree = async () => {
+    const s = await statfs(h.deps.config.sandboxes.dir);
+    return s.bavail * s.bsize;
+  };
+  const image = (id: string) => path.join(containerDir(id), 'disk.img');
+  const attached = (file: string) => execFileSync('losetup', ['-j', file], { encoding: 'utf8' }).trim();
+
+  it('stops a writer at the limit with ENOSPC inside, takes no more than that from the host, and the sandbox keeps working', async () => {
+    const id = await create({ diskMb: LIMIT_MB });
+    const box = json(await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin.headers })).data;
+    expect(box.diskMb).toBe(LIMIT_MB);
+
+    const before = await hostFree();
+    const fill = await run(id, `dd if=/dev/zero of=/home/user/fill bs=1M count=${LIMIT_MB * 6}; echo "rc=$?"; sync`, { timeoutMs: 120_000 });
+    expect(fill.stderr).toContain('No space left on device');
+    expect(fill.stdout).not.toContain('rc=0');
+    const written = Number((await run(id, 'stat -c %s /home/user/fill')).stdout);
+    expect(written).toBeLessThanOrEqual(LIMIT_MB * MIB);
+    // Other work on this machine writes too, hence some slack; without a limit the drop would be 6x the limit.
+    expect(before - (await hostFree())).toBeLessThan((LIMIT_MB + 48) * MIB);
+
+    // The owner sees what the sandbox uses ...
+    const full = json(await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin.headers })).data;
+    expect(full.usage.diskBytes).toBeGreaterThan((LIMIT_MB - 16) * MIB);
+    expect(full.usage.diskBytes).toBeLessThanOrEqual(LIMIT_MB * MIB);
+
+    // ... and after deleting the file, writing works again.
+    const small = await run(id, 'rm /home/user/fill && echo still-here > /home/user/small && cat /home/user/small');
+    expect(small.stdout).toBe('still-here\n');
+    const after = json(await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin.headers })).data;
+    expect(after.usage.diskBytes).toBeLessThan(16 * MIB);
+  });
+
+  it('counts / and /usr against one limit: both overlays sit on the same sized filesystem', async () => {
+    const id = await create({ diskMb: LIMIT_MB });
+    // %b blocks of %S bytes: an overlay reports the size of its writable layer's filesystem.
+    const out = (await run(id, 'stat -f -c "%b %S" / /usr /home/user')).stdout.trim().split('\n');
+    expect(out).toHaveLength(3);
+    for (const line of out) {
+      const [blocks, size] = line.split(' ').map(Number);
+      expect(blocks! * size!).toBeGreaterThan((LIMIT_MB / 2) * MIB);
+      expect(blocks! * size!).toBeLessThanOrEqual(LIMIT_MB * MIB);
+    }
+    // And the sandbox user still cannot write into /usr at all.
+    const usr = await run(id, 'touch /usr/x 2>&1; echo "rc=$?"');
+    expect(usr.stdout).toContain('Permission denied');
+  });
+
+  it('keeps the limit and the files across pause/resume, and destroy removes the image and detaches its loop device', async () => {
+    const id = await create({ diskMb: LIMIT_MB });
+    await run(id, 'echo kept > /home/user/kept');
+    expect(existsSync(image(id))).toBe(true);
+    expect(attached(image(id))).not.toBe('');
+
+    expect((await lifecycle(id, 'pause')).statusCode).toBe(200);
+    expect((await lifecycle(id, 'resume')).statusCode).toBe(200);
+    expect((await run(id, 'cat /home/user/kept')).stdout).toBe('kept\n');
+    const fill = await run(id, `dd if=/dev/zero of=/home/user/fill bs=1M count=${LIMIT_MB * 2}`);
+    expect(fill.stderr).toContain('No space left on device');
+
+    const file = image(id);
+    const res = await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers });
+    expect(res.statusCode).toBe(204);
+    expect(existsSync(file)).toBe(false);
+    expect(attached(file)).toBe('');
+    expect(execFileSync('losetup', ['-a'], { encoding: 'utf8' })).not.toContain(id);
+  });
+
+  it('moves a writable layer from before disk images into an image of its size when it starts again', async () => {
+    const id = await create({ diskMb: LIMIT_MB });
+    await run(id, 'echo from-before > /home/user/old');
+    // Make it look as an older Hangar left it: stopped, its files straight in <dir>/upper, no image.
+    await h.deps.sandboxes.stop(id);
+    await h.deps.db.kysely.updateTable('sandboxes').set({ state: 'stopped' }).where('id', '=', id).execute();
+    const dir = containerDir(id);
+    const mnt = path.join(dir, 'old-mnt');
+    execFileSync('mkdir', ['-p', mnt, path.join(dir, 'plain')]);
+    execFileSync('mount', ['-o', 'loop,ro', image(id), mnt]);
+    try {
+      execFileSync('cp', ['-a', path.join(mnt, 'root'), path.join(mnt, 'usr'), path.join(dir, 'plain')]);
+    } finally {
+      execFileSync('umount', [mnt]);
+    }
+    execFileSync('rm', ['-rf', image(id), path.join(dir, 'upper'), mnt]);
+    execFileSync('mv', [path.join(dir, 'plain'), path.join(dir, 'upper')]);
+    expect(readFileSync(path.join(dir, 'upper/root/home/user/old'), 'utf8')).toBe('from-before\n');
+
+    expect((await lifecycle(id, 'resume')).statusCode).toBe(200);
+    expect((await run(id, 'cat /home/user/old')).stdout).toBe('from-before\n');
+    expect(existsSync(image(id))).toBe(true);
+    expect(existsSync(path.join(dir, 'upper.legacy'))).toBe(false);
+    const fill = await run(id, `dd if=/dev/zero of=/home/user/fill bs=1M count=${LIMIT_MB * 2}`);
+    expect(fill.stderr).toContain('No space left on device');
+    expect((await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers })).statusCode).toBe(204);
   });
 });

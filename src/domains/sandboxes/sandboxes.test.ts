@@ -96,6 +96,7 @@ describe('creating and reading sandboxes', () => {
       template: 'base-ubuntu',
       cpu: 1,
       memoryMb: 512,
+      diskMb: 2048,
       network: false,
       idleTimeoutSeconds: 900,
       metadata: { owner: 'team-a', ticket: '42' },
@@ -164,6 +165,18 @@ describe('creating and reading sandboxes', () => {
     const group = `/sys/fs/cgroup/cpu/hangar-sandboxes/${h.deps.installId}/${box.id}`;
     expect(readFileSync(`${group}/cpu.cfs_quota_us`, 'utf8').trim()).toBe('10000');
     expect(readFileSync(`${group}/cpu.cfs_period_us`, 'utf8').trim()).toBe('100000');
+  });
+
+  it('takes diskMb within the server bounds, returns it, and refuses values outside them naming diskMb', async () => {
+    const box = await create(h, admin, { diskMb: 128 });
+    expect(box.diskMb).toBe(128);
+    expect(box.usage.diskBytes).toBeGreaterThanOrEqual(0);
+    for (const diskMb of [h.deps.config.sandboxes.maxDiskMb + 1, 63, 100.5]) {
+      const res = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: { network: false, diskMb } });
+      expect(res.statusCode, `${diskMb}: ${res.body}`).toBe(400);
+      expect(json(res).error.message).toContain('diskMb');
+      for (const issue of json(res).error.issues) expect(issue.path).toMatch(/^(body\.)?diskMb$/);
+    }
   });
 
   it('answers 404 not_found for an unknown id on every kind of route', async () => {
@@ -616,6 +629,27 @@ describe('the per-organization running limit', () => {
 
     expect((await call(lh, admin, { method: 'DELETE', url: `/v1/sandboxes/${second.id}` })).statusCode).toBe(204);
     expect((await call(lh, admin, { method: 'POST', url: `/v1/sandboxes/${first.id}/resume` })).statusCode).toBe(200);
+  });
+});
+
+describe('the free host disk floor', () => {
+  let fh: Harness;
+  let admin: Actor;
+  beforeAll(async () => {
+    // A floor far above this machine's free space: every new sandbox must be refused before it takes any.
+    fh = await createHarness({ HANGAR_SANDBOX_MIN_FREE_DISK_MB: String(1024 * 1024 * 1024) });
+    admin = await createOrgAdmin(fh);
+  });
+  afterAll(() => fh?.close());
+
+  it('refuses to create a sandbox with 507 insufficient_storage saying why, and creates nothing', async () => {
+    const res = await call(fh, admin, { method: 'POST', url: '/v1/sandboxes', payload: { network: false } });
+    expect(res.statusCode, res.body).toBe(507);
+    expect(json(res).error.code).toBe('insufficient_storage');
+    expect(json(res).error.message).toMatch(/free/);
+    expect(json(res).error.message).toContain('HANGAR_SANDBOX_MIN_FREE_DISK_MB');
+    const list = await call(fh, admin, { method: 'GET', url: '/v1/sandboxes' });
+    expect(json(list).data).toEqual([]);
   });
 });
 

@@ -29,6 +29,13 @@ export const CreateSandboxBody = z
       .optional()
       .describe('CPU cores: at least 0.1, in steps of 0.01 (a CFS quota of cpu × 100 ms per 100 ms), up to the server maximum.'),
     memoryMb: z.number().int().min(64).max(1024 * 1024).optional().describe('Memory limit in MiB, up to the server maximum.'),
+    diskMb: z
+      .number()
+      .int()
+      .min(64)
+      .max(16 * 1024 * 1024)
+      .optional()
+      .describe('Size of the sandbox’s disk in MiB (everything it writes: home, /tmp, /usr, installed packages); writing past it fails with ENOSPC inside. Default and maximum are the server’s.'),
     idleTimeoutSeconds: z
       .number()
       .int()
@@ -50,13 +57,21 @@ export const Sandbox = z
     state: z.enum(SANDBOX_STATES),
     cpu: z.number(),
     memoryMb: z.number().int(),
+    diskMb: z.number().int().describe('Size of the sandbox’s disk, MiB'),
     network: z.boolean(),
     idleTimeoutSeconds: z.number().int(),
     envKeys: z.array(z.string()).describe('Names of the variables set at creation (values are never returned)'),
     metadata: z.record(z.string(), z.string()),
     error: z.string().nullable().describe('Why the sandbox is in state `error`'),
     nodeId: z.string().describe('The Hangar host the sandbox lives on'),
-    usage: z.object({ runningSeconds: z.number().describe('Seconds spent running (settled + the current interval)') }),
+    usage: z.object({
+      runningSeconds: z.number().describe('Seconds spent running (settled + the current interval)'),
+      diskBytes: z
+        .number()
+        .int()
+        .nullable()
+        .describe('Bytes in use on the sandbox’s disk (of `diskMb`), while it is running or paused; null otherwise'),
+    }),
     createdAt: z.string(),
     updatedAt: z.string(),
     lastActiveAt: z.string(),

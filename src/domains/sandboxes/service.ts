@@ -5,7 +5,7 @@ import { isUniqueViolation } from '../../platform/db/index.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
-import type { AgentClient, ContainerSpec } from '../../platform/sandboxes/index.js';
+import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
 import { resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
@@ -41,7 +41,7 @@ const admit = <T>(org: string, fn: () => Promise<T>) => inTurn(admissions, org, 
 
 // ---- records ---------------------------------------------------------------------------------
 
-function toSandbox(row: Row, runningSeconds: number): Sandbox {
+function toSandbox(row: Row, runningSeconds: number, diskBytes: number | null): Sandbox {
   return {
     id: row.id,
     name: row.name,
@@ -50,13 +50,14 @@ function toSandbox(row: Row, runningSeconds: number): Sandbox {
     state: row.state,
     cpu: row.cpu,
     memoryMb: row.memory_mb,
+    diskMb: row.disk_mb,
     network: row.network === 1,
     idleTimeoutSeconds: row.idle_timeout_seconds,
     envKeys: Object.keys(JSON.parse(row.env) as Record<string, string>),
     metadata: JSON.parse(row.metadata) as Record<string, string>,
     error: row.error,
     nodeId: row.node_id,
-    usage: { runningSeconds: Math.round(runningSeconds * 1000) / 1000 },
+    usage: { runningSeconds: Math.round(runningSeconds * 1000) / 1000, diskBytes },
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     lastActiveAt: row.last_active_at,
@@ -80,8 +81,14 @@ async function runningSeconds(ctx: Ctx, ids: string[]): Promise<Map<string, numb
   return out;
 }
 
+/** Bytes in use on a sandbox's disk: only a local one that is mounted (running or paused) can say. */
+async function diskBytes(ctx: Ctx, row: Row): Promise<number | null> {
+  if (row.node_id !== ctx.deps.config.sandboxes.nodeId || (row.state !== 'running' && row.state !== 'paused')) return null;
+  return ctx.deps.sandboxes.diskUsage(row.id).catch(() => null);
+}
+
 async function present(ctx: Ctx, row: Row): Promise<Sandbox> {
-  return toSandbox(row, (await runningSeconds(ctx, [row.id])).get(row.id) ?? 0);
+  return toSandbox(row, (await runningSeconds(ctx, [row.id])).get(row.id) ?? 0, await diskBytes(ctx, row));
 }
 
 async function findRow(ctx: Ctx, id: string): Promise<Row> {
@@ -104,7 +111,8 @@ export async function listSandboxes(ctx: Ctx, q: { limit: number; cursor?: strin
   query = q.state ? query.where('state', '=', q.state) : query.where('state', '!=', 'destroyed');
   const page = await newestFirstPage(query, { time: 'created_at', id: 'id' }, q);
   const seconds = await runningSeconds(ctx, page.items.map((r) => r.id));
-  return { ...page, items: page.items.map((r) => toSandbox(r, seconds.get(r.id) ?? 0)) };
+  const disk = await Promise.all(page.items.map((r) => diskBytes(ctx, r)));
+  return { ...page, items: page.items.map((r, i) => toSandbox(r, seconds.get(r.id) ?? 0, disk[i]!)) };
 }
 
 // ---- transitions -----------------------------------------------------------------------------
@@ -182,6 +190,7 @@ function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec
     workdir: template.workdir ?? '/home/user',
     cpu: row.cpu,
     memoryMb: row.memory_mb,
+    diskMb: row.disk_mb,
     pids: deps.config.sandboxes.maxProcesses,
     network: row.network === 1,
   };
@@ -225,11 +234,14 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   if (cpu > cfg.maxCpu) throw errors.invalidField('cpu', `must be at most ${cfg.maxCpu} on this server`);
   const memoryMb = body.memoryMb ?? cfg.defaultMemoryMb;
   if (memoryMb > cfg.maxMemoryMb) throw errors.invalidField('memoryMb', `must be at most ${cfg.maxMemoryMb} on this server`);
+  const diskMb = body.diskMb ?? cfg.defaultDiskMb;
+  if (diskMb > cfg.maxDiskMb) throw errors.invalidField('diskMb', `must be at most ${cfg.maxDiskMb} on this server`);
   const idle = body.idleTimeoutSeconds ?? cfg.defaultIdleSeconds;
   if (cfg.maxIdleSeconds > 0 && (idle > cfg.maxIdleSeconds || idle === 0)) {
     throw errors.invalidField('idleTimeoutSeconds', `must be between 1 and ${cfg.maxIdleSeconds} on this server`);
   }
   requireRuntime(deps, body.network);
+  await requireFreeDisk(cfg, 'no new sandbox');
 
   const id = prefixedId('sbx');
   const now = nowIso();
@@ -249,6 +261,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
         network: body.network ? 1 : 0,
         cpu,
         memory_mb: memoryMb,
+        disk_mb: diskMb,
         idle_timeout_seconds: idle,
         env: JSON.stringify(body.env ?? {}),
         metadata: JSON.stringify(body.metadata ?? {}),
@@ -285,7 +298,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
     await withTx(ctx, async (tx) => {
       await setState(tx, id, ['starting'], 'running');
       await openInterval(tx, row);
-      await activity(tx, row, 'sandbox.created', `Sandbox ${row.name} created`, { metadata: { cpu, memoryMb, network: body.network } });
+      await activity(tx, row, 'sandbox.created', `Sandbox ${row.name} created`, { metadata: { cpu, memoryMb, diskMb, network: body.network } });
     });
     return getSandbox(ctx, id);
   });
@@ -340,6 +353,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
   return serialized(id, async () => {
     const row = await findRow(ctx, id);
     if (row.state !== 'paused' && row.state !== 'stopped') throw stateError(row, 'resume');
+    await requireFreeDisk(cfg, `sandbox ${id} cannot resume`);
     await admit(row.org_id, async () => {
       if ((await countRunning(ctx, row.org_id)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
       // Claimed before the slow part so a concurrent create counts it.

@@ -1,5 +1,6 @@
 import { nowIso } from '../../platform/ids.js';
 import { systemCtx, type Deps } from '../../platform/context.js';
+import { requireFreeDisk } from '../../platform/sandboxes/index.js';
 import type { BuildPlan } from './plan.js';
 import { DESKTOP_ID, logKey, onSystemBuildRequest, resolveTemplate, SYSTEM } from './service.js';
 
@@ -11,13 +12,17 @@ export type BuildMessage =
 
 export const buildChannel = (id: string): string => `template-build:${id}`;
 
+/** The build container of a template (its folder and disk image live under the runtime's containers). */
+const buildIdOf = (templateId: string): string => `bld_${templateId.replace(/^tpl_/, '')}`;
+
 const MAX_LOG_LINES = 50_000;
 const MAX_LINE_CHARS = 4000;
 
 /**
  * Runs template builds one at a time on this node (a build saturates a small host). A build runs its plan's
- * steps as root in a build container (network on, Docker's default capabilities) whose writable layer is the
- * new template's layer; the layer becomes read-only once the build has ended `ready`.
+ * steps as root in a build container (network on, Docker's default capabilities) whose writable layer is a disk
+ * image of HANGAR_TEMPLATE_BUILD_DISK_MB (writing past it fails the step with ENOSPC); once every step has
+ * passed, that layer is copied out of the image into the template's layer folder, read-only from then on.
  */
 export class TemplateBuilder {
   private queue: Promise<void> = Promise.resolve();
@@ -46,6 +51,9 @@ export class TemplateBuilder {
     const db = this.deps.db.kysely;
     const stale = await db.selectFrom('templates').select(['id']).where('status', '=', 'building').where('node_id', '=', this.deps.config.sandboxes.nodeId).execute();
     for (const { id } of stale) {
+      // Its build container and disk image (after a reboot nothing mounted, but the image would stay on disk).
+      await this.deps.sandboxes.destroy(buildIdOf(id)).catch(() => undefined);
+      await this.deps.sandboxes.removeLayer(id).catch(() => undefined);
       await db.updateTable('templates').set({ status: 'failed', error: 'the build was interrupted by a restart of Hangar', updated_at: nowIso(), build_finished_at: nowIso() }).where('id', '=', id).execute();
       await this.deps.blobs.append(logKey(id), 'error: the build was interrupted by a restart of Hangar\n').catch(() => undefined);
     }
@@ -94,7 +102,7 @@ export class TemplateBuilder {
 
     await deps.blobs.delete(logKey(id)).catch(() => undefined);
     await setStatus('building', 0, null);
-    const buildId = `bld_${id.replace(/^tpl_/, '')}`;
+    const buildId = buildIdOf(id);
     const started = Date.now();
     const deadline = started + deps.config.sandboxes.buildTimeoutSeconds * 1000;
     try {
@@ -103,7 +111,8 @@ export class TemplateBuilder {
         ? await resolveTemplate({ ...ctx, principal: { ...ctx.principal, orgId: row.owner === SYSTEM ? 'system' : row.owner } }, '', row.parent_id)
         : { layers: [], env: {} as Record<string, string> };
       await log(`==> Building template ${row.slug} on ${deps.sandboxes.base.osName} (${plan.steps.length} step${plan.steps.length === 1 ? '' : 's'})`);
-      const layer = await deps.sandboxes.newLayer(id);
+      await requireFreeDisk(deps.config.sandboxes, 'the build cannot start');
+      await deps.sandboxes.newLayer(id);
       if (plan.steps.length) {
         await deps.sandboxes.start({
           id: buildId,
@@ -120,10 +129,10 @@ export class TemplateBuilder {
           workdir: '/',
           cpu: deps.config.sandboxes.maxCpu,
           memoryMb: Math.max(2048, deps.config.sandboxes.maxMemoryMb),
+          diskMb: deps.config.sandboxes.buildDiskMb,
           pids: 4096,
           network: true,
           build: true,
-          upper: layer,
         });
         const agent = deps.sandboxes.agent(buildId);
         for (const [i, step] of plan.steps.entries()) {
@@ -153,7 +162,8 @@ export class TemplateBuilder {
           await db.updateTable('templates').set({ progress: Math.min(progress, 99), updated_at: nowIso() }).where('id', '=', id).execute();
           await deps.bus.publish(buildChannel(id), { type: 'progress', progress: Math.min(progress, 99), step: i + 1, steps: plan.steps.length } satisfies BuildMessage);
         }
-        await deps.sandboxes.destroy(buildId);
+        await log('==> Saving the layer');
+        await deps.sandboxes.saveLayer(buildId, id);
       }
       await log(`==> Template ${row.slug} is ready (${((Date.now() - started) / 1000).toFixed(1)} s)`);
       await setStatus('ready', 100, null);

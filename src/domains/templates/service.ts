@@ -4,7 +4,7 @@ import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
-import type { Layer } from '../../platform/sandboxes/index.js';
+import { requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
 import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
 import type { CreateTemplateBody, Template } from './schemas.js';
 
@@ -186,6 +186,7 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
   };
   const system = await exec(ctx).selectFrom('templates').select('id').where('owner', '=', SYSTEM).where('slug', '=', body.slug).executeTakeFirst();
   if (system) throw errors.conflict(`template slug "${body.slug}" is taken by a system template`);
+  await requireFreeDisk(deps.config.sandboxes, 'no new template build');
   try {
     await exec(ctx).insertInto('templates').values(row).execute();
   } catch (err) {

@@ -561,3 +561,65 @@ securitySuite('templates', [
   { method: 'GET', url: async (o, sh) => `/v1/templates/${await ownedTemplate(o, sh)}/logs`, scope: 'templates:read', crossOrg: true },
   { method: 'DELETE', url: async (o, sh) => `/v1/templates/${await ownedTemplate(o, sh)}`, scope: 'templates:write', crossOrg: true },
 ]);
+
+// ---- disk: the build's size limit and the host's free-space floor ------------------------------
+
+describe('the build disk limit', () => {
+  let bh: Harness;
+  let owner: Actor;
+  beforeAll(async () => {
+    bh = await createHarness({ HANGAR_TEMPLATE_BUILD_DISK_MB: '64' });
+    owner = await createOrgAdmin(bh);
+  });
+  afterAll(() => bh?.close());
+
+  const req = (method: 'GET' | 'POST', url: string, body?: unknown) =>
+    bh.app.inject({ method, url, headers: owner.headers, ...(body !== undefined ? { payload: body as object } : {}) });
+
+  async function buildOn(slug: string, dockerfile: string) {
+    const res = await req('POST', '/v1/templates', { slug, name: slug, dockerfile });
+    expect(res.statusCode, res.body).toBe(201);
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      const t = json(await req('GET', `/v1/templates/${slug}`)).data;
+      if (t.status === 'ready' || t.status === 'failed') return t;
+      if (Date.now() > deadline) throw new Error(`template ${slug} still ${t.status}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it('fails a build that writes past the limit, with ENOSPC in its log', async () => {
+    const t = await buildOn('too-big', 'FROM base-ubuntu\nRUN dd if=/dev/zero of=/fill bs=1M count=256');
+    expect(t.status).toBe('failed');
+    expect(t.error).toMatch(/step 1 .* failed/);
+    const log = (await req('GET', '/v1/templates/too-big/logs')).body;
+    expect(log).toContain('No space left on device');
+  });
+
+  it('builds within the limit, and the layer serves sandboxes (root and /usr)', async () => {
+    const t = await buildOn('fits', 'FROM base-ubuntu\nRUN echo small > /opt/small && mkdir -p /usr/local/share/fits && echo usr > /usr/local/share/fits/mark');
+    expect(t.status, t.error).toBe('ready');
+    const sbx = await req('POST', '/v1/sandboxes', { template: 'fits', network: false });
+    expect(sbx.statusCode, sbx.body).toBe(201);
+    const out = await req('POST', `/v1/sandboxes/${json(sbx).data.id}/commands`, { cmd: 'cat /opt/small /usr/local/share/fits/mark' });
+    expect(json(out).data.stdout).toBe('small\nusr\n');
+  });
+});
+
+describe('the free host disk floor for builds', () => {
+  let fh: Harness;
+  let owner: Actor;
+  beforeAll(async () => {
+    fh = await createHarness({ HANGAR_SANDBOX_MIN_FREE_DISK_MB: String(1024 * 1024 * 1024) });
+    owner = await createOrgAdmin(fh);
+  });
+  afterAll(() => fh?.close());
+
+  it('refuses a new build with 507 insufficient_storage saying why, and creates no template', async () => {
+    const res = await fh.app.inject({ method: 'POST', url: '/v1/templates', headers: owner.headers, payload: { slug: 'no-room', name: 'No room', dockerfile: 'FROM base-ubuntu\nRUN true' } });
+    const error = expectError(res, 507, 'insufficient_storage');
+    expect(error.message).toContain('HANGAR_SANDBOX_MIN_FREE_DISK_MB');
+    const got = await fh.app.inject({ method: 'GET', url: '/v1/templates/no-room', headers: owner.headers });
+    expect(got.statusCode).toBe(404);
+  });
+});

@@ -20,6 +20,7 @@ export const ERROR_STATUS = {
   provider_error: 502,
   provider_timeout: 504,
   service_unavailable: 503,
+  insufficient_storage: 507,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -64,5 +65,7 @@ export const errors = {
   threadBusy: (message: string, activeRunId: string) => new AppError('THREAD_BUSY', message, { activeRunId }),
   limitExceeded: (message: string) => new AppError('limit_exceeded', message),
   unavailable: (message: string) => new AppError('service_unavailable', message),
+  /** 507: the host is too short of disk to take on more (the operator's free-space floor). */
+  insufficientStorage: (message: string) => new AppError('insufficient_storage', message),
   notImplemented: (what: string) => new AppError('not_implemented', `${what} is not available in this version of Hangar`),
 };

@@ -1,3 +1,4 @@
+import fs from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import type { SandboxConfig } from '../../config.js';
@@ -21,6 +22,25 @@ export async function createSandboxRuntime(config: SandboxConfig, installId: str
   }
 }
 
+const MIB = 1024 * 1024;
+
+/**
+ * The free-space floor (HANGAR_SANDBOX_MIN_FREE_DISK_MB): refuses with 507 `insufficient_storage` while the
+ * filesystem holding the sandboxes has less free than that, before a new sandbox, a resume or a build takes more.
+ * Disk images are sparse (a sandbox takes host space as it writes), so the floor is what keeps the host from filling.
+ */
+export async function requireFreeDisk(config: SandboxConfig, what: string): Promise<void> {
+  if (config.minFreeDiskMb === 0) return;
+  const s = await fs.statfs(config.dir).catch(() => null);
+  if (!s) return;
+  const free = s.bavail * s.bsize;
+  if (free >= config.minFreeDiskMb * MIB) return;
+  throw errors.insufficientStorage(
+    `${what}: the server's sandbox disk has ${Math.floor(free / MIB)} MiB free, below its floor of ${config.minFreeDiskMb} MiB ` +
+      '(HANGAR_SANDBOX_MIN_FREE_DISK_MB); destroy sandboxes or templates you no longer need, or ask the operator for more space',
+  );
+}
+
 export function unavailableSandboxRuntime(reason: string): SandboxRuntime {
   const fail = async (): Promise<never> => {
     throw errors.unavailable(`persistent sandboxes are unavailable on this server: ${reason}`);
@@ -35,6 +55,8 @@ export function unavailableSandboxRuntime(reason: string): SandboxRuntime {
     resume: fail,
     stop: fail,
     destroy: fail,
+    diskUsage: async () => null,
+    saveLayer: fail,
     list: async () => new Map(),
     agent: () => {
       throw errors.unavailable(`persistent sandboxes are unavailable on this server: ${reason}`);

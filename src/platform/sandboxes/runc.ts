@@ -100,6 +100,15 @@ export class RuncRuntime implements SandboxRuntime {
       throw new Error(`the sandbox agent ${opts.agentBinary} is missing (built by scripts/setup.sh from native/sandbox-agent; needs golang-go)`);
     });
     if (!(await fs.readFile('/proc/filesystems', 'utf8')).includes('overlay')) throw new Error('the kernel has no overlay filesystem');
+    // Each sandbox's writable layer is an ext4 image of its own size on a loop device (ADR 0014).
+    for (const [tool, pkg] of [['mkfs.ext4', 'e2fsprogs'], ['losetup', 'util-linux']] as const) {
+      await execFileP(tool, ['-V']).catch(() => {
+        throw new Error(`${tool} is not installed (Debian package "${pkg}"; scripts/setup.sh installs it)`);
+      });
+    }
+    await fs.access('/dev/loop-control').catch(() => {
+      throw new Error('the kernel has no loop devices (/dev/loop-control); sandbox disks are loop-mounted images');
+    });
     await fs.mkdir(path.join(opts.dir, opts.installId, 'containers'), { recursive: true, mode: 0o700 });
     await fs.mkdir(path.join(opts.dir, opts.installId, 'layers'), { recursive: true, mode: 0o700 });
     await fs.chmod(opts.dir, 0o711).catch(() => undefined);
@@ -151,9 +160,11 @@ export class RuncRuntime implements SandboxRuntime {
     if (!(quota >= 1_000)) throw new Error(`cpu ${spec.cpu} is below the smallest quota (0.01 core)`);
     const dir = this.dirOf(spec.id);
     const rootfs = path.join(dir, 'rootfs');
-    const upper = spec.upper ?? { root: path.join(dir, 'upper/root'), usr: path.join(dir, 'upper/usr') };
+    await fs.mkdir(dir, { recursive: true, mode: 0o755 });
+    await this.mountDisk(dir, spec.diskMb);
+    const upper = { root: path.join(dir, 'upper/root'), usr: path.join(dir, 'upper/usr') };
     const fresh = !(await exists(upper.root));
-    for (const d of [upper.root, upper.usr, path.join(dir, 'work/root'), path.join(dir, 'work/usr'), rootfs]) {
+    for (const d of [upper.root, upper.usr, path.join(dir, 'upper/work/root'), path.join(dir, 'upper/work/usr'), rootfs]) {
       await fs.mkdir(d, { recursive: true, mode: 0o755 });
     }
     if (fresh && !spec.build) await this.personalize(upper.root, spec);
@@ -209,6 +220,26 @@ export class RuncRuntime implements SandboxRuntime {
     await fs.rm(this.dirOf(id), { recursive: true, force: true });
   }
 
+  async diskUsage(id: string): Promise<number | null> {
+    const mnt = path.join(this.dirOf(id), 'upper');
+    if (!(await isOwnFilesystem(mnt))) return null;
+    const s = await fs.statfs(mnt).catch(() => null);
+    return s ? (s.blocks - s.bfree) * s.bsize : null;
+  }
+
+  async saveLayer(containerId: string, templateId: string): Promise<Layer> {
+    const dir = this.dirOf(containerId);
+    await this.teardown(containerId, { keepDisk: true });
+    if (!(await isOwnFilesystem(path.join(dir, 'upper')))) throw new Error(`the disk of ${containerId} is not mounted`);
+    await this.removeLayer(templateId);
+    const layerDir = path.join(this.installDir, 'layers', templateId);
+    await fs.mkdir(layerDir, { recursive: true, mode: 0o755 });
+    // cp -a keeps owners, modes, xattrs (overlay's opaque marks) and whiteouts (0/0 character devices).
+    await execFileP('cp', ['-a', '--sparse=always', path.join(dir, 'upper/root'), path.join(dir, 'upper/usr'), layerDir], { maxBuffer: 16 * 1024 * 1024 });
+    await this.destroy(containerId);
+    return this.layerOf(templateId);
+  }
+
   async list(): Promise<Map<string, ContainerStatus>> {
     const out = new Map<string, ContainerStatus>();
     const { stdout } = await execFileP(this.runc, ['--root', this.stateRoot, 'list', '--format', 'json']);
@@ -237,18 +268,54 @@ export class RuncRuntime implements SandboxRuntime {
     this.agents.clear();
   }
 
-  /** Kills and deletes the container (if any), unmounts its layers and removes its network; keeps its writable layer. */
-  private async teardown(id: string): Promise<void> {
+  /**
+   * Kills and deletes the container (if any), unmounts its layers and its disk (detaching the loop device) and
+   * removes its network; keeps its writable layer (the disk image).
+   */
+  private async teardown(id: string, opts: { keepDisk?: boolean } = {}): Promise<void> {
     this.agents.get(id)?.close();
     this.agents.delete(id);
     await execFileP(this.runc, ['--root', this.stateRoot, 'delete', '--force', id]).catch(() => undefined);
-    const rootfs = path.join(this.dirOf(id), 'rootfs');
-    for (const target of [path.join(rootfs, 'usr'), rootfs]) {
+    const dir = this.dirOf(id);
+    const rootfs = path.join(dir, 'rootfs');
+    const targets = [path.join(rootfs, 'usr'), rootfs, ...(opts.keepDisk ? [] : [path.join(dir, 'upper')])];
+    for (const target of targets) {
       if (await isMountPoint(target)) {
         await execFileP('umount', [target]).catch(() => execFileP('umount', ['-l', target]));
       }
     }
+    if (!opts.keepDisk) await detachLoops(path.join(dir, 'disk.img'));
     await this.network?.detach(id);
+  }
+
+  /**
+   * The container's disk: `<dir>/disk.img`, a sparse ext4 image of `diskMb` MiB made on first start, attached to
+   * a loop device and mounted at `<dir>/upper`, which holds the writable layer (root/, usr/) and overlay's work
+   * dirs (work/). Writing past its size is ENOSPC inside the sandbox and takes nothing more from the host. The
+   * image persists, so a restart of Hangar or of the host mounts it again. A writable layer from before disk
+   * images (files straight in `<dir>/upper`) moves into a new image on its next start.
+   */
+  private async mountDisk(dir: string, diskMb: number): Promise<void> {
+    const img = path.join(dir, 'disk.img');
+    const mnt = path.join(dir, 'upper');
+    if (await isOwnFilesystem(mnt)) return;
+    const legacy = path.join(dir, 'upper.legacy');
+    await fs.mkdir(mnt, { recursive: true, mode: 0o755 });
+    if (!(await exists(img)) && (await fs.readdir(mnt)).length > 0) {
+      await fs.rename(mnt, legacy);
+      await fs.mkdir(mnt, { mode: 0o755 });
+    }
+    // One shell for make + attach + mount: each process Hangar itself spawns costs ~10 ms, a third of the budget.
+    await execFileP('sh', ['-ec', MOUNT_DISK, 'mount-disk', img, mnt, String(diskMb)]);
+    if (await exists(legacy)) {
+      await execFileP('cp', ['-a', '--sparse=always', `${legacy}/.`, `${mnt}/`]).catch(async (err: Error) => {
+        await execFileP('umount', [mnt]).catch(() => undefined);
+        await detachLoops(img);
+        throw new Error(`its files no longer fit its ${diskMb} MiB disk: ${err.message}`);
+      });
+      await fs.rm(legacy, { recursive: true, force: true });
+      await fs.rm(path.join(dir, 'work'), { recursive: true, force: true });
+    }
   }
 
   /** The sandbox user's passwd/group entries and home folder, written into a new writable layer before it is mounted. */
@@ -273,12 +340,12 @@ export class RuncRuntime implements SandboxRuntime {
   private async mountLayers(spec: ContainerSpec, rootfs: string, upper: Layer, dir: string): Promise<void> {
     if (!(await isMountPoint(rootfs))) {
       const lower = [...spec.layers.map((l) => l.root), this.baseRoot].join(':');
-      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.root},workdir=${path.join(dir, 'work/root')}`, rootfs]);
+      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.root},workdir=${path.join(dir, 'upper/work/root')}`, rootfs]);
     }
     const usr = path.join(rootfs, 'usr');
     if (!(await isMountPoint(usr))) {
       const lower = [...spec.layers.map((l) => l.usr), '/usr'].join(':');
-      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.usr},workdir=${path.join(dir, 'work/usr')}`, usr]);
+      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.usr},workdir=${path.join(dir, 'upper/work/usr')}`, usr]);
     }
   }
 
@@ -372,6 +439,44 @@ async function isMountPoint(p: string): Promise<boolean> {
   const info = await fs.readFile('/proc/self/mountinfo', 'utf8');
   const escaped = p.replace(/[ \t\n\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
   return info.split('\n').some((line) => line.split(' ')[4] === escaped);
+}
+
+/** Whether `p` is the root of a filesystem other than its parent's (a mounted disk image), by device number. */
+async function isOwnFilesystem(p: string): Promise<boolean> {
+  const [self, parent] = await Promise.all([fs.stat(p).catch(() => null), fs.stat(path.dirname(p)).catch(() => null)]);
+  return Boolean(self && parent && self.dev !== parent.dev);
+}
+
+/**
+ * `sh -ec MOUNT_DISK mount-disk <img> <mountpoint> <MiB>`: makes the image if there is none (a sparse file with
+ * an empty ext4 filesystem, under a temporary name so a crash never leaves half an image; lazy inode-table and
+ * journal init keep mkfs at ~15 ms; the journal is kept for crash safety), else first detaches loop devices a
+ * crash left on it; then attaches it (direct I/O: no second copy of its pages in the host's page cache) and
+ * mounts it. `discard`: deleting files frees the image's blocks on the host; `noinit_itable`: no background
+ * zeroing of inode tables (the sparse image already reads zeros there), which would take host space for nothing.
+ */
+const MOUNT_DISK = `
+img=$1; mnt=$2; mb=$3
+umask 077
+if [ ! -e "$img" ]; then
+  rm -f "$img.tmp"
+  truncate -s "\${mb}M" "$img.tmp"
+  mkfs.ext4 -q -F -m 0 -E lazy_itable_init=1,lazy_journal_init=1,nodiscard "$img.tmp"
+  mv "$img.tmp" "$img"
+else
+  for d in $(losetup -j "$img" | cut -d: -f1); do losetup -d "$d" || true; done
+fi
+dev=$(losetup --find --show --direct-io=on "$img")
+mount -t ext4 -o discard,noinit_itable,nosuid,nodev "$dev" "$mnt" || { losetup -d "$dev"; exit 1; }
+`;
+
+/** Detaches every loop device backed by `img` (after an unmount, or left by a crash between attach and mount). */
+async function detachLoops(img: string): Promise<void> {
+  const { stdout } = await execFileP('losetup', ['-j', img]).catch(() => ({ stdout: '' }));
+  for (const line of stdout.split('\n')) {
+    const dev = line.split(':')[0]?.trim();
+    if (dev) await execFileP('losetup', ['-d', dev]).catch(() => undefined);
+  }
 }
 
 async function exists(p: string): Promise<boolean> {

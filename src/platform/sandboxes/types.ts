@@ -23,12 +23,12 @@ export interface ContainerSpec {
   workdir: string;
   cpu: number;
   memoryMb: number;
+  /** Size of the container's writable layer in MiB: a filesystem image of its own, so writing past it is ENOSPC inside. */
+  diskMb: number;
   pids: number;
   network: boolean;
   /** Template builds run as root with a default set of capabilities (apt needs them); sandboxes never do. */
   build?: boolean;
-  /** Writable layer folder (root + usr); default the container's own folder. A build writes its new layer here. */
-  upper?: Layer;
 }
 
 export type ContainerStatus = 'running' | 'paused' | 'stopped';
@@ -48,6 +48,13 @@ export interface SandboxRuntime {
   stop(id: string): Promise<void>;
   /** Stops and deletes everything of the container, writable layer included. */
   destroy(id: string): Promise<void>;
+  /** Bytes in use on the container's disk while it is mounted (running or paused), else null. */
+  diskUsage(id: string): Promise<number | null>;
+  /**
+   * Makes a (build) container's writable layer the template's layer: stops the container, copies its root and
+   * /usr trees out of its disk image into the template's layer folder, then destroys the container.
+   */
+  saveLayer(containerId: string, templateId: string): Promise<Layer>;
   /** Every container of this installation that runc knows, with its status. */
   list(): Promise<Map<string, ContainerStatus>>;
   agent(id: string): AgentClient;
