@@ -83,17 +83,22 @@ export async function addMemberByEmail(ctx: Ctx, id: string, input: { email: str
   });
 }
 
+/** A new role applies to the member's next request; their open sockets close (4401) so a reconnect gets the new view. */
 export async function changeMemberRole(ctx: Ctx, id: string, userId: string, role: Role): Promise<Member> {
   const org = sameOrg(ctx, id);
-  return withTx(ctx, async (tx) => {
+  let changed = false;
+  const result = await withTx(ctx, async (tx) => {
     await lockOrg(tx, org);
     const member = await findMember(tx, org, userId);
     if (member.role === role) return toMember(member);
+    changed = true;
     if (role !== 'admin') await refuseLastAdmin(tx, org, member, 'demote');
     await exec(tx).updateTable('memberships').set({ role }).where('org_id', '=', org).where('user_id', '=', userId).execute();
     await memberActivity(tx, org, 'member.role_changed', `${member.email ?? userId} is now ${role}`, { userId, email: member.email, from: member.role, to: role });
     return toMember({ ...member, role });
   });
+  if (changed) await ctx.deps.live.publish({ kind: 'membership', userId, orgId: org, removed: false });
+  return result;
 }
 
 /**
@@ -121,5 +126,5 @@ export async function removeMember(ctx: Ctx, id: string, userId: string): Promis
       revokedApiKeys: Number(revoked.numUpdatedRows),
     });
   });
-  await ctx.deps.live.publish({ kind: 'membership', userId, orgId: org });
+  await ctx.deps.live.publish({ kind: 'membership', userId, orgId: org, removed: true });
 }

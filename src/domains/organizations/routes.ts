@@ -102,7 +102,7 @@ export async function organizationRoutes(app: App) {
       schema: {
         tags: membersTags,
         summary: 'Change a member’s role',
-        description: `409 when it would leave the organization without an admin. Activity \`member.role_changed\`. ${inOrg}`,
+        description: `Applies to the member’s next request; their open WebSockets in the organization close with 4401 so a reconnect gets the new view. 409 when it would leave the organization without an admin. Activity \`member.role_changed\`. ${inOrg}`,
         params: MemberParams,
         body: MemberRoleBody,
         response: { 200: envelope(Member), ...errorResponses },

@@ -423,6 +423,22 @@ describe('thread WebSocket', () => {
       expect(Date.now() - exp).toBeLessThan(1_000);
     });
 
+    it('demoting an admin closes their sockets, so that the admin’s metadata view of others’ threads ends', async () => {
+      const second = await addOrgMember(h, owner, 'admin');
+      const author = await addOrgMember(h, owner, 'member');
+      const t = await createThread(h, author);
+      const watching = await server.connect(t.id, { token: second.token });
+      expect(watching.snapshot.view).toBe('metadata');
+      const res = await h.app.inject({ method: 'PATCH', url: `/v1/organizations/${owner.orgId}/members/${second.userId}`, headers: owner.headers, payload: { role: 'member' } });
+      expect(res.statusCode, res.body).toBe(200);
+      await watching.waitFor(() => watching.close !== null, 'the close', 1_000);
+      expect(watching.close!.code).toBe(4401);
+      expect(watching.close!.reason).toContain('role');
+      const again = await server.connect(t.id, { token: second.token });
+      await again.waitFor(() => again.close !== null, 'the close of the reconnect');
+      expect(again.close!.code).toBe(4404);
+    });
+
     it('removing a member closes their sockets (key and session) with 4401 and revokes their keys', async () => {
       const member = await addOrgMember(h, owner);
       const t = await createThread(h, member);
