@@ -43,9 +43,18 @@ export class LiveCredentials {
     this.unsubscribe = await this.bus.subscribe(REVOCATION_CHANNEL, (m) => this.revoked(m as Revocation));
   }
 
-  /** Publishes a revocation to every replica (this one included). Call after the change committed. */
+  /**
+   * Publishes a revocation to every replica (this one included). Call after the change committed: the change
+   * stands even when the bus fails (every HTTP request already checks it), so a failure is logged, not thrown,
+   * and this process's own sockets are closed regardless.
+   */
   async publish(revocation: Revocation): Promise<void> {
-    await this.bus.publish(REVOCATION_CHANNEL, revocation);
+    try {
+      await this.bus.publish(REVOCATION_CHANNEL, revocation);
+    } catch (err) {
+      this.log.error({ err, revocation }, 'could not publish a revocation; other replicas keep its sockets open until they close');
+      this.revoked(revocation);
+    }
   }
 
   /** Tracks a connection until the returned function is called (on its close). */
