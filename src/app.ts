@@ -22,6 +22,7 @@ import { migrateToLatest } from './platform/db/migrate.js';
 import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
 import { base62 } from './platform/ids.js';
+import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
 import type { Kysely } from 'kysely';
 import type { Database } from './database.js';
@@ -61,15 +62,17 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     opts.isolation !== false && config.services.includes('orchestrator')
       ? await createSandboxRuntime(config.sandboxes, installId, logger)
       : unavailableSandboxRuntime('this process does not serve sandboxes (orchestrator service)');
+  const bus = createBus(config.redisUrl);
   return {
     config,
     db,
     blobs: new LocalBlobStore(path.join(config.dataDir, 'blobs')),
-    bus: createBus(config.redisUrl),
+    bus,
     log: logger,
     isolation,
     sandboxes,
     installId,
+    live: new LiveCredentials(bus, logger),
   };
 }
 
@@ -87,6 +90,7 @@ async function ensureInstallId(db: Kysely<Database>): Promise<string> {
 
 export async function closeDeps(deps: Deps): Promise<void> {
   await deps.sandboxes.close();
+  await deps.live.stop();
   await deps.bus.close();
   await deps.db.close();
 }
@@ -94,6 +98,9 @@ export async function closeDeps(deps: Deps): Promise<void> {
 /** Builds the HTTP app for the configured services on the given collaborators. */
 export async function buildApp(deps: Deps): Promise<App> {
   const app = await createServer(deps, createAuthenticator(deps));
+  // Revocations from every replica close this process's sockets of that credential.
+  await deps.live.start();
+  app.addHook('onClose', async () => deps.live.stop());
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

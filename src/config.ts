@@ -44,6 +44,7 @@ const EnvSchema = z.object({
   HANGAR_UPLOAD_LIMIT_BYTES: intFrom(1, 1024 ** 4).default(100 * 1024 * 1024),
   HANGAR_STORAGE_QUOTA_BYTES: intFrom(0, 1024 ** 5).default(1024 * 1024 * 1024),
   HANGAR_SIGNUP_CREDITS_CENTS: intFrom(0, 1_000_000_00).default(500),
+  HANGAR_MAX_ORGS_PER_USER: intFrom(1, 100_000).default(10),
   HANGAR_VALIDATE_RESPONSES: z.enum(['true', 'false', '1', '0']).optional(),
   HANGAR_EXECUTE_CONCURRENCY: intFrom(1, 1024).optional(),
   HANGAR_EXECUTE_QUEUE: intFrom(0, 100_000).optional(),
@@ -100,6 +101,8 @@ export type Config = Readonly<{
   uploadLimitBytes: number;
   storageQuotaBytes: number;
   signupCreditsCents: number;
+  /** Organizations one user may create (being added to others' does not count). */
+  maxOrgsPerUser: number;
   validateResponses: boolean;
   logLevel: string;
   execute: ExecuteConfig;
@@ -284,6 +287,7 @@ export function parseConfig(
     uploadLimitBytes: e.HANGAR_UPLOAD_LIMIT_BYTES,
     storageQuotaBytes: e.HANGAR_STORAGE_QUOTA_BYTES,
     signupCreditsCents: e.HANGAR_SIGNUP_CREDITS_CENTS,
+    maxOrgsPerUser: e.HANGAR_MAX_ORGS_PER_USER,
     validateResponses: e.HANGAR_VALIDATE_RESPONSES === 'true' || e.HANGAR_VALIDATE_RESPONSES === '1',
     logLevel: e.LOG_LEVEL,
     execute: Object.freeze({

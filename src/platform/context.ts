@@ -8,6 +8,7 @@ import type { Db, Executor } from './db/index.js';
 import type { Isolation } from './isolation/types.js';
 import type { SandboxRuntime } from './sandboxes/types.js';
 import { errors } from './http/errors.js';
+import type { LiveCredentials } from './revocations.js';
 import type { Role, Scope } from './scopes.js';
 
 /** Long-lived collaborators, built once at start-up and shared by every request. */
@@ -23,6 +24,8 @@ export interface Deps {
   sandboxes: SandboxRuntime;
   /** This installation's id (names its containers and layer folders on a host shared with others). */
   installId: string;
+  /** Open WebSockets by credential: closed on revocation (from any replica, over the bus) and at expiry. */
+  live: LiveCredentials;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */
@@ -33,6 +36,8 @@ export interface Principal {
   role: Role | null;
   scopes: ReadonlySet<Scope>;
   apiKeyId: string | null;
+  /** When the credential stops being valid (a session token's `exp`, an API key's expiry); null when never. */
+  expiresAt?: string | null;
 }
 
 /** What every service verb receives: collaborators, caller, request id and, inside withTx, the transaction. */

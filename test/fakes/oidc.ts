@@ -37,11 +37,15 @@ export class FakeOidcIssuer {
 
   /** Signs a token; `key` lets a test sign with a key the issuer never published. */
   async token(
-    claims: { sub: string; email?: string; name?: string; aud?: string; iss?: string; expiresIn?: number },
+    claims: { sub: string; email?: string; emailVerified?: boolean; name?: string; aud?: string; iss?: string; expiresIn?: number },
     key: CryptoKey = this.privateKey,
   ): Promise<string> {
     const now = Math.floor(Date.now() / 1000);
-    const jwt = new SignJWT({ ...(claims.email ? { email: claims.email } : {}), ...(claims.name ? { name: claims.name } : {}) })
+    const jwt = new SignJWT({
+      ...(claims.email ? { email: claims.email } : {}),
+      ...(claims.emailVerified !== undefined ? { email_verified: claims.emailVerified } : {}),
+      ...(claims.name ? { name: claims.name } : {}),
+    })
       .setProtectedHeader({ alg: 'RS256', kid: 'test-key' })
       .setIssuer(claims.iss ?? this.issuer)
       .setAudience(claims.aud ?? 'hangar-test')

@@ -65,6 +65,18 @@ export function registerActivityResource(type: ResourceType, check: AccessCheck)
   accessChecks.set(type, check);
 }
 
+type HiddenCheck = { type: ResourceType; check: (ctx: Ctx, id: string) => Promise<boolean> };
+const hiddenChecks = new Map<'sandbox_id' | 'thread_id', HiddenCheck>();
+
+/**
+ * Domains register how to tell that a filter value names a resource that exists in the organization but is
+ * hidden from the caller: such a filter is a 404, as the resource's own routes answer (an unknown id just
+ * matches nothing, so events of deleted resources stay readable).
+ */
+export function registerHiddenFilter(param: 'sandbox_id' | 'thread_id', type: ResourceType, check: HiddenCheck['check']): void {
+  hiddenChecks.set(param, { type, check });
+}
+
 const FILTER_COLUMNS = [
   ['event_type', 'event_type'],
   ['severity', 'severity'],
@@ -129,6 +141,12 @@ export async function listActivity(ctx: Ctx, query: ActivityQuery, opts: { resou
       if (!(await check(ctx, query.resource_id))) throw errors.notFound(query.resource_type, query.resource_id);
       resourceAuthorized = true;
     }
+  }
+
+  // A filter naming a resource hidden from the caller answers as if it did not exist (another member's sandbox).
+  for (const [param, hidden] of hiddenChecks) {
+    const value = query[param];
+    if (value !== undefined && (await hidden.check(ctx, value))) throw errors.notFound(hidden.type, value);
   }
 
   let q = exec(ctx).selectFrom('activity_events').selectAll().where('org_id', '=', org);

@@ -1,3 +1,3 @@
-export { createAuthenticator, createUser, createApiKey, listApiKeys, revokeApiKey } from './service.js';
+export { createAuthenticator, createUser, createApiKey, listApiKeys, revokeApiKey, userForEmail, INVITED_ISSUER } from './service.js';
 export { issueSessionToken, BUILTIN_ISSUER } from './tokens.js';
 export { identityRoutes } from './routes.js';

@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify';
+import { sql } from 'kysely';
 import type { Selectable } from 'kysely';
 import type { ApiKeysTable } from '../../database.js';
 import { exec, isOrgAdmin, orgId, withTx, type Ctx, type Deps, type Principal } from '../../platform/context.js';
@@ -33,6 +34,33 @@ export async function createUser(
   return row;
 }
 
+/**
+ * The issuer of users an admin added by email before they ever signed in (their subject is the email, lower
+ * case). The first sign-in with a verified matching email takes the record over, memberships included.
+ */
+export const INVITED_ISSUER = 'hangar:invited';
+
+/**
+ * The user an admin means by an email: the one user with that email, or else a new invited record that the
+ * first sign-in with that (verified) email claims. 409 when several users share the email.
+ */
+export async function userForEmail(ctx: Ctx, email: string): Promise<{ id: string; email: string | null; name: string | null; invited: boolean }> {
+  const normalized = email.trim().toLowerCase();
+  const rows = await exec(ctx)
+    .selectFrom('users')
+    .select(['id', 'email', 'name', 'idp_issuer'])
+    .where(sql`lower(email)`, '=', normalized)
+    .orderBy('created_at')
+    .execute();
+  const invited = rows.find((r) => r.idp_issuer === INVITED_ISSUER);
+  const real = rows.filter((r) => r.idp_issuer !== INVITED_ISSUER);
+  if (real.length > 1) throw errors.conflict(`several users have the email ${normalized}; add the member with the user id instead`);
+  const found = real[0] ?? invited;
+  if (found) return { id: found.id, email: found.email, name: found.name, invited: found.idp_issuer === INVITED_ISSUER };
+  const created = await createUser(ctx.deps, { email: normalized, issuer: INVITED_ISSUER, subject: normalized }, exec(ctx));
+  return { id: created.id, email: created.email, name: created.name, invited: true };
+}
+
 /** Finds the user behind a verified subject, creating it on first sight. */
 async function userForSubject(deps: Deps, subject: VerifiedSubject) {
   const db = deps.db.kysely;
@@ -49,6 +77,20 @@ async function userForSubject(deps: Deps, subject: VerifiedSubject) {
       .executeTakeFirst();
   const found = await find();
   if (found) return found;
+  // Added by email before the first sign-in: the verified email claims the invited record.
+  if (subject.email && subject.emailVerified) {
+    const claimed = await db
+      .updateTable('users')
+      .set({ idp_issuer: subject.issuer, idp_subject: subject.subject, name: subject.name ?? null })
+      .where('idp_issuer', '=', INVITED_ISSUER)
+      .where('idp_subject', '=', subject.email.trim().toLowerCase())
+      .executeTakeFirst()
+      .catch((err) => {
+        if (isUniqueViolation(err)) return null;
+        throw err;
+      });
+    if (claimed && Number(claimed.numUpdatedRows) === 1) return (await find()) ?? null;
+  }
   try {
     return await createUser(deps, { email: subject.email, name: subject.name, issuer: subject.issuer, subject: subject.subject });
   } catch (err) {
@@ -98,6 +140,7 @@ export function createAuthenticator(deps: Deps) {
       role: row.role as Role,
       scopes: scopesFor(row.role as Role, JSON.parse(row.scopes)),
       apiKeyId: row.id,
+      expiresAt: row.expires_at,
     };
   }
 
@@ -110,11 +153,12 @@ export function createAuthenticator(deps: Deps) {
     if (wantedOrg) q = q.where('org_id', '=', wantedOrg);
     const membership = await q.orderBy('created_at').orderBy('org_id').limit(1).executeTakeFirst();
     if (wantedOrg && !membership) throw errors.notFound('organization', wantedOrg);
+    const expiresAt = subject.expiresAt ? new Date(subject.expiresAt).toISOString() : null;
     if (!membership) {
-      return { kind: 'session', userId: user.id, orgId: null, role: null, scopes: new Set<Scope>(['org:create']), apiKeyId: null };
+      return { kind: 'session', userId: user.id, orgId: null, role: null, scopes: new Set<Scope>(['org:create']), apiKeyId: null, expiresAt };
     }
     const role = membership.role as Role;
-    return { kind: 'session', userId: user.id, orgId: membership.org_id, role, scopes: scopesFor(role), apiKeyId: null };
+    return { kind: 'session', userId: user.id, orgId: membership.org_id, role, scopes: scopesFor(role), apiKeyId: null, expiresAt };
   }
 
   return async function authenticate(req: FastifyRequest): Promise<Principal> {
@@ -222,9 +266,9 @@ export async function getApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
   return toApiKey(row);
 }
 
-/** Revokes a key at once; revoking it again changes nothing. */
+/** Revokes a key at once (its open sockets on every replica close with 4401); revoking it again changes nothing. */
 export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
-  return withTx(ctx, async (tx) => {
+  const key = await withTx(ctx, async (tx) => {
     const row = await visibleKeys(tx).where('id', '=', id).executeTakeFirst();
     if (!row) throw errors.notFound('API key', id);
     if (row.revoked_at) return toApiKey(row);
@@ -240,5 +284,7 @@ export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
     });
     return toApiKey({ ...row, revoked_at: revokedAt });
   });
+  await ctx.deps.live.publish({ kind: 'api_key', apiKeyId: id });
+  return key;
 }
 

@@ -21,7 +21,11 @@ export interface VerifiedSubject {
   issuer: string;
   subject: string;
   email?: string;
+  /** The issuer vouches that `email` belongs to the subject (OIDC `email_verified`). */
+  emailVerified?: boolean;
   name?: string;
+  /** The token's expiry (ms since the epoch), from `exp`. */
+  expiresAt?: number;
 }
 
 /** Verifies session tokens from the built-in issuer and, when configured, one OIDC issuer through its JWKS. */
@@ -56,7 +60,7 @@ export function createTokenVerifier(config: Config) {
     try {
       if (issuer === BUILTIN_ISSUER) {
         const { payload } = await jwtVerify(token, builtinKey, { issuer: BUILTIN_ISSUER, audience: AUDIENCE, algorithms: ['HS256'] });
-        return payload.sub ? { issuer: BUILTIN_ISSUER, subject: payload.sub } : null;
+        return payload.sub ? { issuer: BUILTIN_ISSUER, subject: payload.sub, expiresAt: payload.exp ? payload.exp * 1000 : undefined } : null;
       }
       if (config.oidc && issuer === config.oidc.issuer) {
         const { payload } = await jwtVerify(token, await oidcKeys(), {
@@ -69,7 +73,9 @@ export function createTokenVerifier(config: Config) {
           issuer: config.oidc.issuer,
           subject: payload.sub,
           email: typeof payload.email === 'string' ? payload.email : undefined,
+          emailVerified: payload.email_verified === true,
           name: typeof payload.name === 'string' ? payload.name : undefined,
+          expiresAt: payload.exp ? payload.exp * 1000 : undefined,
         };
       }
     } catch {

@@ -262,11 +262,75 @@ describe('organizations', () => {
   });
 });
 
+describe('organizations per user', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await createHarness({ HANGAR_MAX_ORGS_PER_USER: '3' });
+  });
+  afterAll(() => h.close());
+
+  const createOrg = (token: string, name: string) =>
+    h.app.inject({ method: 'POST', url: '/v1/organizations', headers: { authorization: `Bearer ${token}` }, payload: { name } });
+  const balance = async (token: string, org: string) =>
+    json(await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { authorization: `Bearer ${token}`, 'x-org-id': org } })).data.balanceCents;
+  const signupGrants = (userId: string) =>
+    h.deps.db.kysely.selectFrom('credit_ledger').select(['org_id', 'amount_cents']).where('kind', '=', 'signup_grant').where('actor_user_id', '=', userId).execute();
+
+  it('a user creates at most HANGAR_MAX_ORGS_PER_USER organizations: the next is 429 limit_exceeded saying why', async () => {
+    const user = await createUser(h.deps, { email: 'many@example.test' });
+    const token = await issueSessionToken(h.deps.config, user.id);
+    for (let i = 0; i < 3; i++) expect((await createOrg(token, `Mine ${i}`)).statusCode).toBe(201);
+    const over = await createOrg(token, 'One too many');
+    expect(over.statusCode, over.body).toBe(429);
+    expect(json(over).error.code).toBe('limit_exceeded');
+    expect(json(over).error.message).toContain('3 organizations');
+    const mine = json(await h.app.inject({ method: 'GET', url: '/v1/organizations', headers: { authorization: `Bearer ${token}` } })).data;
+    expect(mine).toHaveLength(3);
+    // Being added to someone else's organization does not count against the user's own allowance.
+    const other = await createOrgAdmin(h);
+    const joiner = await createUser(h.deps, { email: 'joiner@example.test' });
+    const joinerToken = await issueSessionToken(h.deps.config, joiner.id);
+    const added = await h.app.inject({ method: 'POST', url: `/v1/organizations/${other.orgId}/members`, headers: other.headers, payload: { email: 'joiner@example.test' } });
+    expect(added.statusCode, added.body).toBe(201);
+    for (let i = 0; i < 3; i++) expect((await createOrg(joinerToken, `Joiner ${i}`)).statusCode).toBe(201);
+  });
+
+  it('concurrent creates stay within the limit', async () => {
+    const user = await createUser(h.deps, { email: 'burst@example.test' });
+    const token = await issueSessionToken(h.deps.config, user.id);
+    const results = await Promise.all(Array.from({ length: 6 }, (_, i) => createOrg(token, `Burst ${i}`)));
+    expect(results.filter((r) => r.statusCode === 201)).toHaveLength(3);
+    expect(results.filter((r) => r.statusCode === 429)).toHaveLength(3);
+  });
+
+  it('sign-up credits are granted once per user: not on a second organization, once under concurrent creates', async () => {
+    const user = await createUser(h.deps, { email: 'credits@example.test' });
+    const token = await issueSessionToken(h.deps.config, user.id);
+    const first = json(await createOrg(token, 'First')).data;
+    const second = json(await createOrg(token, 'Second')).data;
+    expect(await balance(token, first.id)).toBe(h.deps.config.signupCreditsCents);
+    expect(await balance(token, second.id)).toBe(0);
+    expect(await signupGrants(user.id)).toHaveLength(1);
+
+    const racer = await createUser(h.deps, { email: 'racer@example.test' });
+    const racerToken = await issueSessionToken(h.deps.config, racer.id);
+    const orgs = (await Promise.all([createOrg(racerToken, 'R1'), createOrg(racerToken, 'R2'), createOrg(racerToken, 'R3')])).map((r) => json(r).data);
+    const grants = await signupGrants(racer.id);
+    expect(grants).toHaveLength(1);
+    const balances = await Promise.all(orgs.map((o) => balance(racerToken, o.id)));
+    expect(balances.sort((a, b) => a - b)).toEqual([0, 0, h.deps.config.signupCreditsCents]);
+  });
+});
+
 securitySuite('organizations and projects', [
   { method: 'POST', url: () => '/v1/organizations', scope: 'org:create', body: { name: 'Security Org' } },
   { method: 'GET', url: () => '/v1/organizations', scope: null },
   { method: 'GET', url: (o) => `/v1/organizations/${o.orgId}`, scope: 'org:read', crossOrg: true },
   { method: 'GET', url: () => '/v1/me', scope: null },
+  { method: 'GET', url: (o) => `/v1/organizations/${o.orgId}/members`, scope: 'org:admin', crossOrg: true },
+  { method: 'POST', url: (o) => `/v1/organizations/${o.orgId}/members`, scope: 'org:admin', body: { email: 'sec@example.test' }, crossOrg: true },
+  { method: 'PATCH', url: (o) => `/v1/organizations/${o.orgId}/members/${o.userId}`, scope: 'org:admin', body: { role: 'admin' }, crossOrg: true },
+  { method: 'DELETE', url: (o) => `/v1/organizations/${o.orgId}/members/${o.userId}`, scope: 'org:admin', crossOrg: true },
   { method: 'GET', url: () => '/v1/projects', scope: 'projects:read' },
   { method: 'GET', url: (o) => `/v1/projects/${o.projectId}`, scope: 'projects:read', crossOrg: true },
   { method: 'GET', url: (o) => `/v1/projects/${o.projectId}/resource-pins`, scope: 'projects:read', crossOrg: true },

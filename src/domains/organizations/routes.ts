@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { envelope, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { CreateOrganizationBody, Me, Organization, Project, ResourcePins, ResourcePinsBody } from './schemas.js';
+import { AddMemberBody, CreateOrganizationBody, Me, Member, MemberParams, MemberRoleBody, Organization, OrgParam, Project, ResourcePins, ResourcePinsBody } from './schemas.js';
+import { addMemberByEmail, changeMemberRole, listMembers, removeMember } from './members.js';
 import {
   createOrganization,
   getMe,
@@ -53,6 +54,82 @@ export async function organizationRoutes(app: App) {
       schema: { tags: ['organizations'], summary: 'Get an organization', params: IdParam, response: { 200: envelope(Organization), ...errorResponses } },
     },
     async (req) => ok(req, await getOrganization(req.ctx, req.params.id)),
+  );
+
+  const membersTags = ['organizations'];
+  const inOrg = 'The organization in the path must be the one the request acts in (an API key’s; `X-Org-Id` for a session token); another is 404. Organization admins only.';
+
+  app.get(
+    '/v1/organizations/:id/members',
+    {
+      config: { scope: 'org:admin' },
+      schema: {
+        tags: membersTags,
+        summary: 'List members',
+        description: `Every member with their role, oldest first. ${inOrg}`,
+        params: OrgParam,
+        response: { 200: envelope(z.array(Member)), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await listMembers(req.ctx, req.params.id)),
+  );
+
+  app.post(
+    '/v1/organizations/:id/members',
+    {
+      config: { scope: 'org:admin' },
+      schema: {
+        tags: membersTags,
+        summary: 'Add a member by email',
+        description: [
+          'Adds the user with that email with the role (default `member`) and gives them a Personal workspace. ',
+          'When no user has the email yet, an invited user record is made (`invited: true`): their first sign-in through the configured OIDC issuer ',
+          'with that email, verified by the issuer (`email_verified`), becomes this user, membership included. ',
+          `409 when already a member (or when several users share the email). Activity \`member.added\`. ${inOrg}`,
+        ].join(''),
+        params: OrgParam,
+        body: AddMemberBody,
+        response: { 201: envelope(Member), ...errorResponses },
+      },
+    },
+    async (req, reply) => reply.status(201).send(ok(req, await addMemberByEmail(req.ctx, req.params.id, req.body))),
+  );
+
+  app.patch(
+    '/v1/organizations/:id/members/:userId',
+    {
+      config: { scope: 'org:admin' },
+      schema: {
+        tags: membersTags,
+        summary: 'Change a member’s role',
+        description: `Applies to the member’s next request; their open WebSockets in the organization close with 4401 so a reconnect gets the new view. 409 when it would leave the organization without an admin. Activity \`member.role_changed\`. ${inOrg}`,
+        params: MemberParams,
+        body: MemberRoleBody,
+        response: { 200: envelope(Member), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await changeMemberRole(req.ctx, req.params.id, req.params.userId, req.body.role)),
+  );
+
+  app.delete(
+    '/v1/organizations/:id/members/:userId',
+    {
+      config: { scope: 'org:admin' },
+      schema: {
+        tags: membersTags,
+        summary: 'Remove a member',
+        description: [
+          'Their API keys in this organization are revoked and their open WebSockets in it (API key or session token) close with 4401 on every replica. ',
+          `What they created (sandboxes, threads, files) stays. 409 for the last admin. Activity \`member.removed\`. ${inOrg}`,
+        ].join(''),
+        params: MemberParams,
+        response: { 204: z.null(), ...errorResponses },
+      },
+    },
+    async (req, reply) => {
+      await removeMember(req.ctx, req.params.id, req.params.userId);
+      return reply.status(204).send(null);
+    },
   );
 
   app.get(

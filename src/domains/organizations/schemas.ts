@@ -60,3 +60,29 @@ export const Me = z
   })
   .meta({ id: 'Me' });
 export type Me = z.infer<typeof Me>;
+
+const RoleName = z.enum(['admin', 'member']).describe('`admin` (every scope, member management) or `member`');
+
+export const Member = z
+  .object({
+    userId: z.string(),
+    email: z.string().nullable(),
+    name: z.string().nullable(),
+    role: RoleName,
+    joinedAt: z.string().describe('When the user became a member'),
+    invited: z.boolean().describe('Added by email and not signed in yet: their first sign-in with that verified email takes this membership'),
+  })
+  .meta({ id: 'Member' });
+export type Member = z.infer<typeof Member>;
+
+export const AddMemberBody = z
+  .object({
+    email: z.email().max(320).describe('An existing user’s email, or the email a new user will sign in with'),
+    role: RoleName.default('member'),
+  })
+  .strict();
+
+export const MemberRoleBody = z.object({ role: RoleName }).strict();
+
+export const OrgParam = z.object({ id: z.string().min(1).max(100) });
+export const MemberParams = z.object({ id: z.string().min(1).max(100), userId: z.string().min(1).max(100) });

@@ -50,7 +50,9 @@ function toOrganization(row: Selectable<OrganizationsTable>, role: string, perso
 /**
  * Creates an organization for the calling user: registered at the identity provider, caller as admin,
  * a default project with its workspace, the caller's Personal workspace, and sign-up credits when it is
- * the user's first organization (once per user, even when retried).
+ * the user's first organization (once per user, even when retried: the ledger's idempotency key is the
+ * user's). A user creates at most `maxOrgsPerUser` organizations (429 `limit_exceeded`), counted under a
+ * lock of the user's row so concurrent creates on any replica cannot pass it together.
  */
 export async function createOrganization(ctx: Ctx, input: { name: string }): Promise<Organization> {
   const userId = ctx.principal.userId;
@@ -60,6 +62,18 @@ export async function createOrganization(ctx: Ctx, input: { name: string }): Pro
   const idpOrgId = await builtinIdentityProvider.createOrganization({ name: input.name, slug });
   try {
     return await withTx(ctx, async (tx) => {
+      const max = tx.deps.config.maxOrgsPerUser;
+      let lock = exec(tx).selectFrom('users').select('id').where('id', '=', userId);
+      if (tx.deps.db.dialect === 'postgres') lock = lock.forUpdate();
+      await lock.executeTakeFirst();
+      const created = await exec(tx)
+        .selectFrom('organizations')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('created_by_user_id', '=', userId)
+        .executeTakeFirstOrThrow();
+      if (Number(created.n) >= max) {
+        throw errors.limitExceeded(`you have created ${max} organizations, the most this server allows one user; ask an admin of an existing one to add you instead`);
+      }
       const now = nowIso();
       const id = uuid();
       const projectId = uuid();

@@ -7,7 +7,7 @@ import { errors } from '../../platform/http/errors.js';
 import { openEventStream, wantsEventStream, type EventStream } from '../../platform/http/sse.js';
 import type { OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, registerActivityResource } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, listActivity, registerActivityResource, registerHiddenFilter } from '../activity/index.js';
 import { collect, startCommand, toProcess } from './commands.js';
 import { normalizeSandboxPath } from './paths.js';
 import {
@@ -40,9 +40,11 @@ import {
   pauseSandbox,
   reconcile,
   resumeSandbox,
+  sandboxHidden,
 } from './service.js';
 
 registerActivityResource('sandbox', canSeeSandbox);
+registerHiddenFilter('sandbox_id', 'sandbox', sandboxHidden);
 
 const tags = ['sandboxes'];
 const IDLE_SWEEP_MS = 5_000;

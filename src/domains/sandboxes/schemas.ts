@@ -52,6 +52,7 @@ export const Sandbox = z
   .object({
     id: z.string().describe('`sbx_` prefix'),
     name: z.string(),
+    ownerUserId: z.string().describe('The user who created it (for a thread’s sandbox, the thread’s owner): the only one who reaches its files, processes and commands'),
     template: z.string().describe('Template slug'),
     templateId: z.string(),
     state: z.enum(SANDBOX_STATES),

@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { SandboxesTable, SandboxState } from '../../database.js';
-import { exec, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { AppError, errors } from '../../platform/http/errors.js';
@@ -45,6 +45,7 @@ function toSandbox(row: Row, runningSeconds: number, diskBytes: number | null): 
   return {
     id: row.id,
     name: row.name,
+    ownerUserId: row.created_by_user_id,
     template: row.template_slug,
     templateId: row.template_id,
     state: row.state,
@@ -97,17 +98,51 @@ async function findRow(ctx: Ctx, id: string): Promise<Row> {
   return row;
 }
 
+/**
+ * How the caller sees a sandbox. Its owner (the user who created it; a thread's sandbox is created by a run
+ * of the thread's owner, the only one who may run on it) sees and does everything; an organization admin
+ * sees its metadata and may pause or destroy it; to any other member it does not exist.
+ */
+export type SandboxView = 'owner' | 'metadata';
+
+async function findVisible(ctx: Ctx, id: string): Promise<{ row: Row; view: SandboxView }> {
+  const row = await findRow(ctx, id);
+  if (row.created_by_user_id === ctx.principal.userId) return { row, view: 'owner' };
+  if (isOrgAdmin(ctx)) return { row, view: 'metadata' };
+  throw errors.notFound('sandbox', id); // another member's sandbox does not exist for this caller
+}
+
+/** The sandbox for a verb that is its owner's alone: 404 to other members, 403 (saying why) to admins. */
+async function findOwned(ctx: Ctx, id: string, action: string): Promise<Row> {
+  const { row, view } = await findVisible(ctx, id);
+  if (view !== 'owner') throw errors.forbidden(`only the sandbox’s owner can ${action}; organization admins see its metadata and may pause or destroy it`);
+  return row;
+}
+
 export async function getSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
-  return present(ctx, await findRow(ctx, id));
+  return present(ctx, (await findVisible(ctx, id)).row);
 }
 
 export async function canSeeSandbox(ctx: Ctx, id: string): Promise<boolean> {
-  const row = await exec(ctx).selectFrom('sandboxes').select('id').where('id', '=', id).where('org_id', '=', orgId(ctx)).executeTakeFirst();
-  return Boolean(row);
+  try {
+    await findVisible(ctx, id);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
+/** True when the sandbox exists in the caller's organization and is another member's (for activity filters). */
+export async function sandboxHidden(ctx: Ctx, id: string): Promise<boolean> {
+  if (isOrgAdmin(ctx)) return false;
+  const row = await exec(ctx).selectFrom('sandboxes').select('created_by_user_id').where('id', '=', id).where('org_id', '=', orgId(ctx)).executeTakeFirst();
+  return Boolean(row && row.created_by_user_id !== ctx.principal.userId);
+}
+
+/** An admin lists every sandbox of the organization (metadata); a member only their own. */
 export async function listSandboxes(ctx: Ctx, q: { limit: number; cursor?: string; state?: SandboxState }) {
   let query = exec(ctx).selectFrom('sandboxes').selectAll().where('org_id', '=', orgId(ctx));
+  if (!isOrgAdmin(ctx)) query = query.where('created_by_user_id', '=', ctx.principal.userId);
   query = q.state ? query.where('state', '=', q.state) : query.where('state', '!=', 'destroyed');
   const page = await newestFirstPage(query, { time: 'created_at', id: 'id' }, q);
   const seconds = await runningSeconds(ctx, page.items.map((r) => r.id));
@@ -328,7 +363,7 @@ function local(ctx: Ctx, row: Row): void {
 }
 
 export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'idle_timeout' = 'request'): Promise<Sandbox> {
-  const first = await findRow(ctx, id);
+  const { row: first } = await findVisible(ctx, id);
   local(ctx, first);
   return serialized(id, async () => {
     const row = await findRow(ctx, id);
@@ -347,7 +382,7 @@ export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'id
 }
 
 export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
-  const first = await findRow(ctx, id);
+  const first = await findOwned(ctx, id, 'resume it');
   local(ctx, first);
   const cfg = ctx.deps.config.sandboxes;
   return serialized(id, async () => {
@@ -380,7 +415,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
 }
 
 export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
-  const first = await findRow(ctx, id);
+  const { row: first } = await findVisible(ctx, id);
   local(ctx, first);
   await serialized(id, async () => {
     const row = await findRow(ctx, id);
@@ -398,9 +433,12 @@ export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
 
 const touched = new Map<string, number>();
 
-/** The agent of a running, local sandbox; records the use for the idle timeout. */
+/**
+ * The agent of a running, local sandbox, for its owner only (files, processes, output, commands: everything
+ * inside); records the use for the idle timeout.
+ */
 export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClient; row: Row }> {
-  const row = await findRow(ctx, id);
+  const row = await findOwned(ctx, id, 'reach its files, processes and commands');
   if (row.state !== 'running') throw stateError(row, 'use');
   local(ctx, row);
   const now = Date.now();

@@ -55,17 +55,30 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
   }
 
   let ctx: Ctx;
+  let closed = false;
+  /** Ends the socket for good: no frame is sent after this. */
+  const end = (code: number, reason: string) => {
+    closed = true;
+    close(code, reason);
+  };
   try {
     if (q.api_key && !q.api_key.startsWith('hgr_')) return close(CLOSE.unauthenticated, 'api_key is not an API key; send a session token as token');
     const headers: Record<string, string> = q.api_key ? { 'x-api-key': q.api_key } : { authorization: `Bearer ${q.token}` };
     if (q.org_id) headers['x-org-id'] = q.org_id;
-    const principal = await authenticate({ headers } as unknown as FastifyRequest);
+    const fakeReq = { headers } as unknown as FastifyRequest;
+    const principal = await authenticate(fakeReq);
     if (!principal.orgId) return close(CLOSE.forbidden, 'this credential has no organization');
     if (!principal.scopes.has('agent:read')) return close(CLOSE.forbidden, 'this credential lacks the "agent:read" scope');
     ctx = { deps, requestId: req.id, principal };
+    // Revocation (from any replica) or expiry of the credential closes the socket with 4401.
+    const untrack = deps.live.track(principal, end);
+    socket.on('close', untrack);
+    // A revocation committed between the first check and the tracking would be missed: check once more.
+    await authenticate(fakeReq);
+    if (closed) return;
   } catch (err) {
     const e = err as AppError;
-    return close(e.status === 403 ? CLOSE.forbidden : CLOSE.unauthenticated, e.message ?? 'not authenticated');
+    return end(e.status === 403 ? CLOSE.forbidden : CLOSE.unauthenticated, e.message ?? 'not authenticated');
   }
 
   let found: Awaited<ReturnType<typeof findThread>>;
@@ -80,7 +93,6 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
   const buffer: OutgoingFrame[] = [];
   let lastSent = 0;
   let dropped = 0;
-  let closed = false;
   const send = (frame: OutgoingFrame) => {
     if (closed || socket.readyState !== socket.OPEN) return;
     if (frame.kind === 'transient' && socket.bufferedAmount > SOFT_BYTES) {
@@ -95,7 +107,7 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
     socket.send(frame.json);
     if (frame.sequence !== undefined) lastSent = frame.sequence;
   };
-  const sub: Subscriber = {
+  const subscriber: Subscriber = {
     view,
     deliver(frame) {
       if (!buffering) return send(frame);
@@ -105,10 +117,7 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
         close(CLOSE.resume, `too many frames during replay; reconnect with last_sequence=${lastSent}`);
       }
     },
-    end(code, reason) {
-      closed = true;
-      close(code, reason);
-    },
+    end,
   };
 
   let alive = true;
@@ -121,16 +130,17 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
   socket.on('close', () => {
     closed = true;
     clearInterval(heartbeat);
-    hub.leave(threadId, sub);
+    hub.leave(threadId, subscriber);
   });
   socket.on('message', () => undefined); // the protocol is server to client; client messages are ignored
 
-  const mark = await hub.join(threadId, sub, async () => {
+  if (closed) return;
+  const mark = await hub.join(threadId, subscriber, async () => {
     const row = await deps.db.kysely.selectFrom('threads').select('last_sequence').where('id', '=', threadId).executeTakeFirst();
     return Number(row?.last_sequence ?? 0);
   });
   const fresh = await deps.db.kysely.selectFrom('threads').selectAll().where('id', '=', threadId).executeTakeFirst();
-  if (!fresh) return sub.end(CLOSE.gone, 'thread deleted');
+  if (!fresh) return end(CLOSE.gone, 'thread deleted');
   const thread = toThread(fresh);
 
   if (view === 'metadata') {

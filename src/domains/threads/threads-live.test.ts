@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, testDatabaseUrl, type Actor, type Harness } from '../../../test/harness.js';
 import { ALL_SCOPES } from '../../platform/scopes.js';
+import { issueSessionToken } from '../identity/index.js';
 import { threadChannel } from './frames.js';
 import { acquireRunLock, appendDurable, releaseRunLock, type DurableInput } from './index.js';
 
@@ -379,6 +380,84 @@ describe('thread WebSocket', () => {
     });
   });
 
+  describe('credentials that stop being valid', () => {
+    /** The key's id from its secret, as an admin lists it. */
+    async function keyId(key: string): Promise<string> {
+      const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?limit=200', headers: owner.headers })).data as { id: string; prefix: string }[];
+      return keys.find((k) => key.startsWith(k.prefix))!.id;
+    }
+
+    it('revoking the socket’s API key closes it with 4401 within a second, and no frame follows', async () => {
+      const t = await createThread(h, owner);
+      const key = await keyFor(h, owner, ['*']);
+      const c = await server.connect(t.id, { api_key: key });
+      await appendDurable(h.deps, t.id, messages(1));
+      await c.waitFor(() => c.lastSequence() === 1, 'the control frame');
+
+      const revoked = await h.app.inject({ method: 'DELETE', url: `/v1/api-keys/${await keyId(key)}`, headers: owner.headers });
+      expect(revoked.statusCode, revoked.body).toBe(200);
+      const at = Date.now();
+      await c.waitFor(() => c.close !== null, 'the close', 1_000);
+      expect(Date.now() - at).toBeLessThan(1_000);
+      expect(c.close!.code).toBe(4401);
+      expect(c.close!.reason).toContain('revoked');
+      const frames = c.frames.length;
+      await appendDurable(h.deps, t.id, messages(2));
+      await sleep(200);
+      expect(c.frames).toHaveLength(frames);
+      // Another key's socket on the same thread is untouched.
+      const other = await server.connect(t.id, { api_key: owner.key });
+      expect(other.close).toBeNull();
+    });
+
+    it('a session token’s socket closes with 4401 when the token expires', async () => {
+      const t = await createThread(h, owner);
+      const token = await issueSessionToken(h.deps.config, owner.userId, 2);
+      const c = await server.connect(t.id, { token });
+      expect(c.snapshot.view).toBe('owner');
+      const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number }).exp * 1000;
+      await c.waitFor(() => c.close !== null, 'the close at expiry', 5_000);
+      expect(c.close!.code).toBe(4401);
+      expect(c.close!.reason).toContain('expired');
+      expect(Date.now()).toBeGreaterThanOrEqual(exp);
+      expect(Date.now() - exp).toBeLessThan(1_000);
+    });
+
+    it('demoting an admin closes their sockets, so that the admin’s metadata view of others’ threads ends', async () => {
+      const second = await addOrgMember(h, owner, 'admin');
+      const author = await addOrgMember(h, owner, 'member');
+      const t = await createThread(h, author);
+      const watching = await server.connect(t.id, { token: second.token });
+      expect(watching.snapshot.view).toBe('metadata');
+      const res = await h.app.inject({ method: 'PATCH', url: `/v1/organizations/${owner.orgId}/members/${second.userId}`, headers: owner.headers, payload: { role: 'member' } });
+      expect(res.statusCode, res.body).toBe(200);
+      await watching.waitFor(() => watching.close !== null, 'the close', 1_000);
+      expect(watching.close!.code).toBe(4401);
+      expect(watching.close!.reason).toContain('role');
+      const again = await server.connect(t.id, { token: second.token });
+      await again.waitFor(() => again.close !== null, 'the close of the reconnect');
+      expect(again.close!.code).toBe(4404);
+    });
+
+    it('removing a member closes their sockets (key and session) with 4401 and revokes their keys', async () => {
+      const member = await addOrgMember(h, owner);
+      const t = await createThread(h, member);
+      const byKey = await server.connect(t.id, { api_key: member.key });
+      const byToken = await server.connect(t.id, { token: member.token });
+      expect(byKey.snapshot.view).toBe('owner');
+      expect(byToken.snapshot.view).toBe('owner');
+      const removed = await h.app.inject({ method: 'DELETE', url: `/v1/organizations/${owner.orgId}/members/${member.userId}`, headers: owner.headers });
+      expect(removed.statusCode, removed.body).toBe(204);
+      await byKey.waitFor(() => byKey.close !== null, 'the key socket to close', 1_000);
+      await byToken.waitFor(() => byToken.close !== null, 'the session socket to close', 1_000);
+      expect([byKey.close!.code, byToken.close!.code]).toEqual([4401, 4401]);
+      const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?include_revoked=true&limit=200', headers: owner.headers })).data as { userId: string; revokedAt: string | null }[];
+      const theirs = keys.filter((k) => k.userId === member.userId);
+      expect(theirs.length).toBeGreaterThan(0);
+      expect(theirs.every((k) => k.revokedAt !== null)).toBe(true);
+    });
+  });
+
   describe('backpressure', () => {
     it('a paused subscriber does not hold up others or grow memory without bound; it loses transient frames or is told to resume', async () => {
       const t = await createThread(h, owner);
@@ -589,6 +668,33 @@ describe('fan-out across Hangar instances', () => {
     await sleep(100); // nothing more (no repeats) arrives
     expect(c.frames.slice(1).map((f) => (f.type === 'tool_output_delta' ? `t${f.delta.slice(4)}` : `d${f.sequence}`))).toEqual(expected);
     expect(c.durable().map((f) => f.sequence)).toEqual(range(1, 30));
+  });
+
+  it('revoking a key through A closes its socket on B with 4401 within a second', async () => {
+    const t = await createThread(a, owner);
+    const key = await keyFor(a, owner, ['*']);
+    const onB = await serverB.connect(t.id, { api_key: key });
+    expect(onB.snapshot.view).toBe('owner');
+    const keys = json(await a.app.inject({ method: 'GET', url: '/v1/api-keys?limit=200', headers: owner.headers })).data as { id: string; prefix: string }[];
+    const id = keys.find((k) => key.startsWith(k.prefix))!.id;
+    expect((await a.app.inject({ method: 'DELETE', url: `/v1/api-keys/${id}`, headers: owner.headers })).statusCode).toBe(200);
+    await onB.waitFor(() => onB.close !== null, 'the close on B', 1_000);
+    expect(onB.close!.code).toBe(4401);
+    const frames = onB.frames.length;
+    await appendDurable(a.deps, t.id, messages(1));
+    await sleep(200);
+    expect(onB.frames).toHaveLength(frames);
+  });
+
+  it('removing a member through A closes their socket on B', async () => {
+    const member = await addOrgMember(a, owner);
+    const t = await createThread(a, member);
+    const onB = await serverB.connect(t.id, { token: member.token });
+    expect(onB.snapshot.view).toBe('owner');
+    const res = await a.app.inject({ method: 'DELETE', url: `/v1/organizations/${owner.orgId}/members/${member.userId}`, headers: owner.headers });
+    expect(res.statusCode, res.body).toBe(204);
+    await onB.waitFor(() => onB.close !== null, 'the close on B', 1_000);
+    expect(onB.close!.code).toBe(4401);
   });
 
   it('frames appended concurrently through A, B and a third replica process reach subscribers on each instance strictly in sequence, without gaps or repeats', async () => {
