@@ -271,6 +271,11 @@ func (s *Server) processRoute(w http.ResponseWriter, r *http.Request, rest strin
 	}
 }
 
+// keepaliveEvery is how often a follow stream of a quiet process gets a keepalive line.
+var keepaliveEvery = 15 * time.Second
+
+var keepaliveLine = []byte(`{"type":"keepalive"}` + "\n")
+
 type exitLine struct {
 	Type       string  `json:"type"`
 	ExitCode   *int    `json:"exitCode"`
@@ -296,6 +301,9 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request, p *Proc) {
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if follow {
+		h.Set("X-Hangar-Keepalive", strconv.Itoa(int(keepaliveEvery/time.Second)))
+	}
 	w.WriteHeader(200)
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
@@ -340,9 +348,17 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request, p *Proc) {
 			return
 		}
 		if notify != nil {
+			// A quiet process still shows the client that the agent is alive (its idle timeout).
+			timer := time.NewTimer(keepaliveEvery)
 			select {
 			case <-notify:
+				timer.Stop()
+			case <-timer.C:
+				if _, err := w.Write(keepaliveLine); err != nil {
+					return
+				}
 			case <-ctx.Done():
+				timer.Stop()
 				return
 			}
 		}
