@@ -385,6 +385,19 @@ print(json.dumps(out))
     expect(list.statusCode).toBe(200);
   });
 
+  it('holds no host file, and a command inherits none of its descriptors', async () => {
+    const id = await create();
+    const state = JSON.parse(execFileSync('runc', ['--root', `/run/hangar/runc/${h.deps.installId}`, 'state', id], { encoding: 'utf8' })) as { pid: number };
+    const fds = execFileSync('bash', ['-c', `for f in /proc/${state.pid}/fd/*; do readlink "$f"; done`], { encoding: 'utf8' }).trim().split('\n');
+    expect(fds.length).toBeGreaterThan(2);
+    // stdio is /dev/null (the agent keeps its log in memory); the rest are sockets, pipes and event fds.
+    const files = fds.filter((l) => l.startsWith('/'));
+    expect(files.every((l) => l === '/dev/null'), fds.join(', ')).toBe(true);
+    expect(existsSync(path.join(containerDir(id), 'agent.log'))).toBe(false);
+    // A command sees only its own stdin, stdout and stderr (and the folder listdir opened).
+    expect((await run(id, `python3 -c "import os; print(sorted(os.listdir('/proc/self/fd')))"`)).stdout).toBe("['0', '1', '2', '3']\n");
+  });
+
   it('runs as its own uid, and the commands it starts run as the sandbox user with no capabilities at all', async () => {
     const id = await create();
     const r = await run(id, 'id -u; grep -E "^(Uid|Cap(Inh|Prm|Eff|Bnd|Amb)):" /proc/self/status; grep -E "^Uid:" /proc/1/status');
