@@ -18,12 +18,19 @@ export type FakeAgentMode =
   /** 200 with a body that is not JSON. */
   | 'not-json'
   /** 500 with an error body that never ends. */
-  | 'endless-error';
+  | 'endless-error'
+  /** An honest follow stream: announces keepalives (every 0.1 s), sends `lines` output lines at once, keepalives every 100 ms, then the exit line after `quietMs`. */
+  | 'keepalives'
+  /** Announces keepalives, sends one line, then goes silent for good (a stopped agent). */
+  | 'keepalive-then-silent';
 
 export class FakeAgent {
   private server: net.Server | null = null;
   private readonly sockets = new Set<net.Socket>();
   written = 0;
+  /** For `keepalives`: output lines sent at once, and how long the process then stays quiet. */
+  lines = 3;
+  quietMs = 500;
   requests: string[] = [];
   hangups = 0;
 
@@ -82,6 +89,27 @@ export class FakeAgent {
         s.write(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`);
         const body = Buffer.from('{"pid":1,"cmd":"x"},'.repeat(3000));
         return pump(Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n')]));
+      }
+      case 'keepalives':
+      case 'keepalive-then-silent': {
+        const chunk = (text: string) => {
+          if (s.destroyed) return;
+          const b = Buffer.from(text);
+          this.written += b.length;
+          s.write(`${b.length.toString(16)}\r\n${text}\r\n`);
+        };
+        s.write('HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\nx-hangar-keepalive: 0.1\r\ntransfer-encoding: chunked\r\n\r\n');
+        const n = this.mode === 'keepalives' ? this.lines : 1;
+        for (let i = 0; i < n; i++) chunk(`{"type":"stdout","data":"${Buffer.from(`line ${i}\n`).toString('base64')}","offset":${i * 7}}\n`);
+        if (this.mode === 'keepalive-then-silent') return;
+        const tick = setInterval(() => chunk('{"type":"keepalive"}\n'), 100);
+        setTimeout(() => {
+          clearInterval(tick);
+          chunk('{"type":"exit","exitCode":0,"signal":null,"timedOut":false,"durationMs":1,"truncated":false}\n');
+          if (!s.destroyed) s.write('0\r\n\r\n');
+        }, this.quietMs);
+        s.once('close', () => clearInterval(tick));
+        return;
       }
       case 'endless-line': {
         s.write('HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n');

@@ -129,3 +129,49 @@ describe('an agent that does not answer', () => {
     client.close();
   });
 });
+
+describe('a follow stream', () => {
+  it('of an agent that sends keepalives lasts as long as the process, longer than the idle timeout', async () => {
+    const { client, violations, fake } = await against('keepalives');
+    fake.lines = 1;
+    fake.quietMs = 1_200; // three idle timeouts of quiet, filled with keepalives
+    const events: Array<{ type: string }> = [];
+    for await (const ev of client.output(1, { follow: true })) events.push(ev);
+    expect(events.map((e) => e.type)).toEqual(['stdout', 'exit']);
+    expect(violations).toEqual([]);
+    client.close();
+  });
+
+  it('is not cut when the server is the slow one (a slow reader downstream)', async () => {
+    const { client, violations, fake } = await against('keepalives');
+    fake.lines = 3;
+    fake.quietMs = 50;
+    const events: Array<{ type: string }> = [];
+    for await (const ev of client.output(1, { follow: true })) {
+      events.push(ev);
+      await new Promise((r) => setTimeout(r, 500)); // longer than the idle timeout between reads
+    }
+    expect(events.map((e) => e.type)).toEqual(['stdout', 'stdout', 'stdout', 'exit']);
+    expect(violations).toEqual([]);
+    client.close();
+  });
+
+  it('of an agent that announced keepalives and went silent fails after the idle timeout', async () => {
+    const { client, violations } = await against('keepalive-then-silent');
+    const t0 = Date.now();
+    const seen: string[] = [];
+    const err = await (async () => {
+      for await (const ev of client.output(1, { follow: true })) seen.push(ev.type);
+    })().then(
+      () => null,
+      (e: unknown) => e as AppError,
+    );
+    expect(seen).toEqual(['stdout']);
+    expect(err?.code).toBe('sandbox_agent_error');
+    expect(err?.message).toMatch(/sent nothing for/);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(350);
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    expect(violations).toHaveLength(1);
+    client.close();
+  });
+});
