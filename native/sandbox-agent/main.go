@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -34,9 +35,14 @@ func envInt(name string, def int64) int64 {
 	return n
 }
 
+// logKept is how much of its own log the agent keeps in memory (GET /log).
+const logKept = 64 << 10
+
 func run(args []string) int {
-	log.SetFlags(0)
+	ring := newLogRing(logKept)
+	log.SetFlags(log.LstdFlags | log.LUTC)
 	log.SetPrefix("hangar-agent: ")
+	log.SetOutput(io.MultiWriter(ring, os.Stderr))
 	fl := flag.NewFlagSet("hangar-agent", flag.ContinueOnError)
 	listen := fl.String("listen", "", "create and listen on this Unix socket path instead of using inherited fd 3")
 	maxOutput := fl.Int64("max-output", envInt("HANGAR_AGENT_MAX_OUTPUT", 4<<20),
@@ -68,7 +74,11 @@ func run(args []string) int {
 			}
 		}
 	}
-	m := NewManager(Config{MaxOutput: *maxOutput, MaxFinished: int(*maxFinished)})
+	user, err := userFromEnv()
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
 
 	l, err := openListener(*listen)
 	if err != nil {
@@ -76,8 +86,18 @@ func run(args []string) int {
 		return 1
 	}
 	markCloexec()
+	if user != nil {
+		// Before the reaper, the server or any command exists: nothing may start with more.
+		if err := setupPrivileges(user); err != nil {
+			log.Print(err)
+			return 1
+		}
+	}
+	m := NewManager(Config{MaxOutput: *maxOutput, MaxFinished: int(*maxFinished), User: user})
 
-	srv := &http.Server{Handler: NewServer(m), ReadHeaderTimeout: 30 * time.Second}
+	handler := NewServer(m)
+	handler.log = ring
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 

@@ -25,6 +25,8 @@ const (
 type Config struct {
 	MaxOutput   int64 // bytes kept per process (stdout+stderr combined)
 	MaxFinished int   // finished process records kept
+	// User is the sandbox user commands and file operations run as; nil: the agent's own uid.
+	User *userIDs
 }
 
 // requestError is a client error (HTTP 400/409) raised while acting on a process.
@@ -253,7 +255,7 @@ func isExecutable(path string) bool {
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return false
 	}
-	return syscall.Access(path, 1 /* X_OK */) == nil
+	return accessible(path, 1 /* X_OK */)
 }
 
 // lookPath resolves name like execvp, using the command's PATH and cwd.
@@ -310,6 +312,42 @@ func pipe(parentReads bool) (parent *os.File, child int, err error) {
 	return os.NewFile(uintptr(pi), name), ci, nil
 }
 
+// resolve finds the working directory and the program of a start request; it runs as the sandbox user so
+// that what the user cannot reach is refused here as it would be by execve.
+func (m *Manager) resolve(req *StartRequest, cmd *string, env []string) (cwd, path string, argv []string, err error) {
+	cwd = req.Cwd
+	if cwd == "" {
+		cwd = m.defaultCwd()
+	} else {
+		if strings.IndexByte(cwd, 0) >= 0 {
+			return "", "", nil, badRequest("cwd contains a NUL byte")
+		}
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(m.defaultCwd(), cwd)
+		}
+		cwd = filepath.Clean(cwd)
+	}
+	if fi, err := os.Stat(cwd); err != nil {
+		return "", "", nil, badRequest("cwd %s: %v", cwd, errors.Unwrap(err))
+	} else if !fi.IsDir() {
+		return "", "", nil, badRequest("cwd %s is not a directory", cwd)
+	}
+	if cmd != nil {
+		path = "/bin/sh"
+		if isExecutable("/bin/bash") {
+			path = "/bin/bash"
+		}
+		argv = []string{path, "-c", *cmd}
+	} else {
+		pathEnv, _ := envLookup(env, "PATH")
+		if path, err = lookPath(req.Args[0], pathEnv, cwd); err != nil {
+			return "", "", nil, err
+		}
+		argv = req.Args
+	}
+	return cwd, path, argv, nil
+}
+
 // Start validates req and starts the process in its own session and process group.
 func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 	var cmd *string
@@ -348,37 +386,14 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = m.defaultCwd()
-	} else {
-		if strings.IndexByte(cwd, 0) >= 0 {
-			return nil, badRequest("cwd contains a NUL byte")
-		}
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(m.defaultCwd(), cwd)
-		}
-		cwd = filepath.Clean(cwd)
-	}
-	if fi, err := os.Stat(cwd); err != nil {
-		return nil, badRequest("cwd %s: %v", cwd, errors.Unwrap(err))
-	} else if !fi.IsDir() {
-		return nil, badRequest("cwd %s is not a directory", cwd)
-	}
-	var path string
+	var cwd, path string
 	var argv []string
-	if cmd != nil {
-		path = "/bin/sh"
-		if isExecutable("/bin/bash") {
-			path = "/bin/bash"
-		}
-		argv = []string{path, "-c", *cmd}
-	} else {
-		pathEnv, _ := envLookup(env, "PATH")
-		if path, err = lookPath(req.Args[0], pathEnv, cwd); err != nil {
-			return nil, err
-		}
-		argv = req.Args
+	if err := asUser(m.cfg.User, func() error {
+		var err error
+		cwd, path, argv, err = m.resolve(req, cmd, env)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 
 	// Pipes. Child ends are closed in the parent after the fork whatever happens.
@@ -422,6 +437,10 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 		Env:   env,
 		Files: []uintptr{uintptr(stdinFd), uintptr(outW), uintptr(errW)},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
+	}
+	if u := m.cfg.User; u != nil {
+		// Groups: none (setgroups(0)); the commands' capabilities go with execve (setupPrivileges).
+		attr.Sys.Credential = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}
 	}
 
 	m.mu.Lock()

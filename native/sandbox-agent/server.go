@@ -19,11 +19,19 @@ const maxJSONBody = 64 << 20
 type Server struct {
 	m         *Manager
 	startedAt time.Time
+	log       *logRing
 }
 
 // NewServer returns the handler for m.
 func NewServer(m *Manager) *Server {
 	return &Server{m: m, startedAt: time.Now()}
+}
+
+// files runs a file operation with the sandbox user's rights (asUser).
+func (s *Server) files(w http.ResponseWriter, handler func()) {
+	if err := asUser(s.m.cfg.User, func() error { handler(); return nil }); err != nil {
+		writeErr(w, err)
+	}
 }
 
 type apiError struct {
@@ -116,6 +124,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, 200, map[string]interface{}{"ok": true, "pid": os.Getpid(), "startedAt": fmtTime(s.startedAt)})
+	case path == "/log":
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, r, "GET")
+			return
+		}
+		var b []byte
+		if s.log != nil {
+			b = s.log.Bytes()
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(200)
+		_, _ = w.Write(b)
 	case path == "/processes":
 		switch r.Method {
 		case http.MethodGet:
@@ -130,18 +152,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/files":
 		switch r.Method {
 		case http.MethodGet:
-			s.filesList(w, r)
+			s.files(w, func() { s.filesList(w, r) })
 		case http.MethodDelete:
-			s.filesDelete(w, r)
+			s.files(w, func() { s.filesDelete(w, r) })
 		default:
 			methodNotAllowed(w, r, "GET, DELETE")
 		}
 	case path == "/files/content":
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
-			s.filesGetContent(w, r)
+			s.files(w, func() { s.filesGetContent(w, r) })
 		case http.MethodPut:
-			s.filesPutContent(w, r)
+			s.files(w, func() { s.filesPutContent(w, r) })
 		default:
 			methodNotAllowed(w, r, "GET, PUT")
 		}
@@ -150,13 +172,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(w, r, "POST")
 			return
 		}
-		s.filesMkdir(w, r)
+		s.files(w, func() { s.filesMkdir(w, r) })
 	case path == "/files/move":
 		if r.Method != http.MethodPost {
 			methodNotAllowed(w, r, "POST")
 			return
 		}
-		s.filesMove(w, r)
+		s.files(w, func() { s.filesMove(w, r) })
 	default:
 		notFound(w, "no such endpoint: "+path)
 	}
@@ -249,6 +271,11 @@ func (s *Server) processRoute(w http.ResponseWriter, r *http.Request, rest strin
 	}
 }
 
+// keepaliveEvery is how often a follow stream of a quiet process gets a keepalive line.
+var keepaliveEvery = 15 * time.Second
+
+var keepaliveLine = []byte(`{"type":"keepalive"}` + "\n")
+
 type exitLine struct {
 	Type       string  `json:"type"`
 	ExitCode   *int    `json:"exitCode"`
@@ -274,6 +301,9 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request, p *Proc) {
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if follow {
+		h.Set("X-Hangar-Keepalive", strconv.Itoa(int(keepaliveEvery/time.Second)))
+	}
 	w.WriteHeader(200)
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
@@ -318,9 +348,17 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request, p *Proc) {
 			return
 		}
 		if notify != nil {
+			// A quiet process still shows the client that the agent is alive (its idle timeout).
+			timer := time.NewTimer(keepaliveEvery)
 			select {
 			case <-notify:
+				timer.Stop()
+			case <-timer.C:
+				if _, err := w.Write(keepaliveLine); err != nil {
+					return
+				}
 			case <-ctx.Done():
+				timer.Stop()
 				return
 			}
 		}

@@ -5,10 +5,10 @@ import type { Deps } from '../../platform/context.js';
 import { envelope, ErrorBody, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import { errors } from '../../platform/http/errors.js';
 import { openEventStream, wantsEventStream, type EventStream } from '../../platform/http/sse.js';
-import type { OutputEvent } from '../../platform/sandboxes/index.js';
+import { AGENT_LIMITS, type OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
 import { ActivityPage, ActivityQuery, listActivity, registerActivityResource, registerHiddenFilter } from '../activity/index.js';
-import { collect, startCommand, toProcess } from './commands.js';
+import { collect, DEFAULT_TIMEOUT_MS, startCommand, toProcess } from './commands.js';
 import { normalizeSandboxPath } from './paths.js';
 import {
   CommandBody,
@@ -48,7 +48,8 @@ registerHiddenFilter('sandbox_id', 'sandbox', sandboxHidden);
 
 const tags = ['sandboxes'];
 const IDLE_SWEEP_MS = 5_000;
-const withUnavailable = { ...errorResponses, 503: ErrorBody };
+/** 503: the runtime or the agent is unavailable; 502 `sandbox_agent_error`: the agent answered out of protocol. */
+const withUnavailable = { ...errorResponses, 502: ErrorBody, 503: ErrorBody };
 /** Creating and resuming also answer 507 `insufficient_storage` below the host's free-disk floor. */
 const withStorage = { ...withUnavailable, 507: ErrorBody };
 
@@ -87,7 +88,9 @@ export async function sandboxRoutes(app: App, deps: Deps) {
           'Starts a persistent sandbox from a ready template and answers once it can run commands (state `running`). ',
           'Each sandbox is an OCI container run by runc: own namespaces, an unprivileged user (`user`, home /home/user), no capabilities, cgroup limits; ',
           'its root filesystem is the template’s read-only layers under its own writable layer, kept across pause, resume and restarts of Hangar. ',
-          'States: starting → running ⇄ paused; stopped (its container is gone, e.g. after a host reboot: resume starts it again); error; destroyed. ',
+          'States: starting → running ⇄ paused; stopped (its container is gone, e.g. after a host reboot: resume starts it again); ',
+          'error (it failed to start; or its agent broke the protocol, then its container is stopped with its files kept and resume starts it again; `error` says which); destroyed. ',
+          'A request its agent answers out of protocol (too large, not JSON, past its deadline) is 502 `sandbox_agent_error` and the sandbox becomes `error`. ',
           '404 unknown template, 409 `invalid_state` template not ready, 429 `limit_exceeded` at the organization’s maximum of running sandboxes, ',
           '400 for limits over the server maxima, 503 when this server cannot run sandboxes (or networking, when `network` is true), ',
           '507 `insufficient_storage` while the server’s disk is below its free-space floor. ',
@@ -150,7 +153,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         tags,
         summary: 'Resume a sandbox',
         description:
-          'A paused sandbox continues where it stopped (state `running`); a stopped one starts again over its kept files (its processes were gone). 409 `invalid_state` otherwise; 429 at the running limit; 507 `insufficient_storage` while the server’s disk is below its free-space floor.',
+          'A paused sandbox continues where it stopped (state `running`); a stopped one, or one in state `error` because its agent misbehaved, starts again over its kept files (its processes were gone). 409 `invalid_state` otherwise (an `error` sandbox that never started can only be destroyed); 429 at the running limit; 507 `insufficient_storage` while the server’s disk is below its free-space floor.',
         params: SandboxParams,
         response: { 200: envelope(Sandbox), ...withStorage },
       },
@@ -240,7 +243,9 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       };
       reply.raw.once('close', onClose);
       try {
-        const r = await collect(agent.output(pid, { follow: true, signal: controller.signal }));
+        // The agent kills the command at its timeout; an agent still streaming well after that misbehaves.
+        const timeoutMs = req.body.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+        const r = await collect(agent.output(pid, { follow: true, signal: controller.signal, deadlineMs: timeoutMs + AGENT_LIMITS.callMs }));
         return ok(req, {
           pid,
           exitCode: r.exit?.exitCode ?? null,

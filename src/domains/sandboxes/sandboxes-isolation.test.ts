@@ -414,3 +414,108 @@ describe('the disk limit (diskMb)', () => {
     expect((await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers })).statusCode).toBe(204);
   });
 });
+
+describe('the in-sandbox agent (PID 1)', () => {
+  /**
+   * The attack: copy the agent's descriptors (its listening socket, its log) through a pidfd, trace it, read
+   * its memory, stop it. Every step prints what it got, so a failure shows which door was open.
+   */
+  const attack = String.raw`
+import ctypes, errno, json, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(*args):
+    ctypes.set_errno(0)
+    r = libc.syscall(*[ctypes.c_long(a) for a in args])
+    return r, ctypes.get_errno()
+name = lambda e: errno.errorcode.get(e, str(e))
+out = {}
+pidfd, e = sc(434, 1, 0)                       # pidfd_open(1, 0)
+out['pidfd_open'] = 'ok' if pidfd >= 0 else name(e)
+if pidfd >= 0:
+    got, refused = [], set()
+    for fd in range(3, 64):
+        r, e = sc(438, pidfd, fd, 0)           # pidfd_getfd
+        if r >= 0: got.append(fd)
+        elif e != errno.EBADF: refused.add(name(e))
+    out['pidfd_getfd'] = {'got': got, 'refused': sorted(refused)}
+    r, e = sc(424, pidfd, signal.SIGSTOP, 0, 0)  # pidfd_send_signal
+    out['pidfd_send_signal'] = 'sent' if r == 0 else name(e)
+r, e = sc(101, 16, 1, 0, 0)                    # ptrace(PTRACE_ATTACH, 1)
+out['ptrace_attach'] = 'attached' if r == 0 else name(e)
+if r == 0:
+    os.waitpid(1, 0x40000000)                  # __WALL
+    sc(101, 17, 1, 0, 0)                       # PTRACE_DETACH
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(64)
+local, remote = iovec(ctypes.addressof(buf), 64), iovec(0x400000, 64)
+r, e = sc(310, 1, ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)  # process_vm_readv
+out['process_vm_readv'] = 'read' if r >= 0 else name(e)
+r, e = sc(62, 1, signal.SIGSTOP)               # kill(1, SIGSTOP)
+out['kill_stop'] = 'sent' if r == 0 else name(e)
+for what, fn in [('environ', lambda: open('/proc/1/environ', 'rb').read()), ('fd', lambda: os.listdir('/proc/1/fd')),
+                 ('mem', lambda: open('/proc/1/mem', 'rb'))]:
+    try:
+        fn(); out['proc_' + what] = 'read'
+    except OSError as err:
+        out['proc_' + what] = name(err.errno)
+print(json.dumps(out))
+`;
+
+  it('cannot be traced, signalled, read or have its descriptors copied by a command, and keeps answering', async () => {
+    const id = await create({ env: { SECRET_TOKEN: 'sekrit-value' } });
+    const r = await run(id, 'python3 - <<"PY"\n' + attack + '\nPY');
+    expect(r.exitCode, r.stderr).toBe(0);
+    const got = JSON.parse(r.stdout) as Record<string, unknown>;
+    const getfd = (got.pidfd_getfd ?? { got: [], refused: ['EPERM'] }) as { got: number[]; refused: string[] };
+    expect(getfd.got).toEqual([]);
+    expect(getfd.refused).toEqual(['EPERM']);
+    if (got.pidfd_open === 'ok') expect(got.pidfd_send_signal).toBe('EPERM');
+    const { ptrace_attach, process_vm_readv, kill_stop, proc_environ, proc_fd, proc_mem } = got;
+    expect({ ptrace_attach, process_vm_readv, kill_stop, proc_environ, proc_fd, proc_mem }).toEqual({
+      ptrace_attach: 'EPERM',
+      process_vm_readv: 'EPERM',
+      kill_stop: 'EPERM',
+      proc_environ: 'EACCES',
+      proc_fd: 'EACCES',
+      proc_mem: 'EACCES',
+    });
+    // The agent still answers, and the env given on create still reaches commands.
+    expect((await run(id, 'echo alive; printenv SECRET_TOKEN')).stdout).toBe('alive\nsekrit-value\n');
+    const list = await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/processes`, headers: admin.headers });
+    expect(list.statusCode).toBe(200);
+  });
+
+  it('holds no host file, and a command inherits none of its descriptors', async () => {
+    const id = await create();
+    const state = JSON.parse(execFileSync('runc', ['--root', `/run/hangar/runc/${h.deps.installId}`, 'state', id], { encoding: 'utf8' })) as { pid: number };
+    const fds = execFileSync('bash', ['-c', `for f in /proc/${state.pid}/fd/*; do readlink "$f"; done`], { encoding: 'utf8' }).trim().split('\n');
+    expect(fds.length).toBeGreaterThan(2);
+    // stdio is /dev/null (the agent keeps its log in memory); the rest are sockets, pipes and event fds.
+    const files = fds.filter((l) => l.startsWith('/'));
+    expect(files.every((l) => l === '/dev/null'), fds.join(', ')).toBe(true);
+    expect(existsSync(path.join(containerDir(id), 'agent.log'))).toBe(false);
+    // A command sees only its own stdin, stdout and stderr (and the folder listdir opened).
+    expect((await run(id, `python3 -c "import os; print(sorted(os.listdir('/proc/self/fd')))"`)).stdout).toBe("['0', '1', '2', '3']\n");
+  });
+
+  it('runs as its own uid, and the commands it starts run as the sandbox user with no capabilities at all', async () => {
+    const id = await create();
+    const r = await run(id, 'id -u; grep -E "^(Uid|Cap(Inh|Prm|Eff|Bnd|Amb)):" /proc/self/status; grep -E "^Uid:" /proc/1/status');
+    const [uid, ...lines] = r.stdout.trim().split('\n');
+    const self = Object.fromEntries(lines.slice(0, 6).map((l) => l.split(/:\s+/) as [string, string]));
+    expect(self.Uid!.split(/\s+/)).toEqual([uid, uid, uid, uid]);
+    for (const cap of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) expect(self[cap], cap).toBe('0000000000000000');
+    const agentUid = lines[6]!.split(/\s+/)[1];
+    expect(agentUid).not.toBe(uid);
+    expect(Number(agentUid)).not.toBe(0);
+    // A file the API writes belongs to the user, and the API cannot touch what the user cannot.
+    const put = await h.app.inject({ method: 'PUT', url: `/v1/sandboxes/${id}/files/content?path=owned.txt`, headers: admin.headers, payload: 'x' });
+    expect(put.statusCode, put.body).toBe(200);
+    expect((await run(id, 'stat -c %u ~/owned.txt')).stdout.trim()).toBe(uid);
+    await run(id, 'mkdir ~/private && echo s > ~/private/s && chmod 000 ~/private');
+    const denied = await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=private/s`, headers: admin.headers });
+    expect(denied.statusCode).toBe(403);
+  });
+});

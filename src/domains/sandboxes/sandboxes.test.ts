@@ -1,8 +1,10 @@
 import type { InjectOptions } from 'fastify';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { FakeAgent } from '../../../test/fakes/agent.js';
 import { securitySuite } from '../../../test/security.js';
 
 // ---- helpers: talk HTTP the way a client would -----------------------------------------------
@@ -725,3 +727,75 @@ securitySuite('sandboxes', [
   { method: 'POST', url: (o, sh) => sbx(o, sh, '/move'), scope: 'sandbox:write', body: { from: 'a.txt', to: 'b.txt' }, crossOrg: true },
   { method: 'DELETE', url: (o, sh) => sbx(o, sh, '/files?path=a.txt'), scope: 'sandbox:write', crossOrg: true },
 ]);
+
+describe('a sandbox whose agent misbehaves', () => {
+  let admin: Actor;
+  beforeAll(async () => {
+    admin = await createOrgAdmin(h);
+  });
+
+  const act = (id: string, verb: 'pause' | 'resume') => call(h, admin, { method: 'POST', url: `/v1/sandboxes/${id}/${verb}` });
+
+  /** What a user who took over the agent could do: answer the server's next request with a 200 that never ends. */
+  async function takeOver(id: string): Promise<FakeAgent> {
+    const sock = path.join(h.deps.config.sandboxes.dir, h.deps.installId, 'containers', id, 'agent.sock');
+    const fake = await new FakeAgent(sock, 'endless-chunked').start();
+    h.deps.sandboxes.agent(id).close(); // kept-alive connections to the real agent go
+    return fake;
+  }
+
+  it('costs the server no more than the cap, answers 502 sandbox_agent_error, and the sandbox becomes error with the reason', async () => {
+    const { id } = await create(h, admin);
+    await run(h, admin, id, 'echo kept > ~/kept.txt');
+    const fake = await takeOver(id);
+    try {
+      const t0 = Date.now();
+      const res = await call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/processes` });
+      expect(res.statusCode, res.body).toBe(502);
+      expect(json(res).error.code).toBe('sandbox_agent_error');
+      expect(json(res).error.message).toMatch(/misbehaved/);
+      expect(Date.now() - t0).toBeLessThan(20_000);
+      // What it could send before the server hung up: the 32 MiB cap of a listing plus socket buffers.
+      await until('the server to hang up', async () => fake.hangups >= 1);
+      expect(fake.written).toBeLessThan((32 << 20) + (8 << 20));
+
+      const box = await until('the sandbox to be marked error', async () => {
+        const b = await getBox(h, admin, id);
+        return b.state === 'error' && b;
+      });
+      expect(box.error).toMatch(/agent misbehaved.*more than/);
+      const events = await activityOf(h, admin, id);
+      expect(events[0]).toMatchObject({ eventType: 'sandbox.failed', metadata: { trigger: 'agent_error' } });
+      // Nothing more is asked of it.
+      const requests = fake.requests.length;
+      const refused = await command(h, admin, id, { cmd: 'true' });
+      expect(refused.statusCode).toBe(409);
+      expect(json(refused).error).toMatchObject({ code: 'invalid_state', state: 'error' });
+      expect((await act(id, 'pause')).statusCode).toBe(409);
+      expect(fake.requests.length).toBe(requests);
+    } finally {
+      await fake.close();
+    }
+
+    // Its files were kept: resume starts a new container and agent over them.
+    const resumed = await act(id, 'resume');
+    expect(resumed.statusCode, resumed.body).toBe(200);
+    expect(json(resumed).data).toMatchObject({ state: 'running', error: null });
+    expect((await run(h, admin, id, 'cat ~/kept.txt')).stdout).toBe('kept\n');
+    expect((await call(h, admin, { method: 'DELETE', url: `/v1/sandboxes/${id}` })).statusCode).toBe(204);
+  });
+
+  it('can be destroyed in state error', async () => {
+    const { id } = await create(h, admin);
+    const fake = await takeOver(id);
+    try {
+      expect((await call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/files?path=/` })).statusCode).toBe(502);
+      await until('the sandbox to be marked error', async () => (await getBox(h, admin, id)).state === 'error');
+    } finally {
+      await fake.close();
+    }
+    const destroyed = await call(h, admin, { method: 'DELETE', url: `/v1/sandboxes/${id}` });
+    expect(destroyed.statusCode).toBe(204);
+    expect((await getBox(h, admin, id)).state).toBe('destroyed');
+  });
+});

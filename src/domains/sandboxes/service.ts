@@ -387,7 +387,10 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
   const cfg = ctx.deps.config.sandboxes;
   return serialized(id, async () => {
     const row = await findRow(ctx, id);
-    if (row.state !== 'paused' && row.state !== 'stopped') throw stateError(row, 'resume');
+    // An `error` sandbox whose agent failed kept its files (and uid): resume starts a new container over them,
+    // as for `stopped`. One that failed to start has neither and can only be destroyed.
+    const restartable = row.state === 'stopped' || (row.state === 'error' && row.uid !== null);
+    if (row.state !== 'paused' && !restartable) throw stateError(row, 'resume');
     await requireFreeDisk(cfg, `sandbox ${id} cannot resume`);
     await admit(row.org_id, async () => {
       if ((await countRunning(ctx, row.org_id)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
@@ -406,7 +409,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
       throw err instanceof AppError ? err : errors.unavailable(`sandbox ${id} could not resume: ${errMessage(err)}`);
     }
     await withTx(ctx, async (tx) => {
-      await setState(tx, id, ['starting'], 'running', { last_active_at: nowIso() });
+      await setState(tx, id, ['starting'], 'running', { last_active_at: nowIso(), error: null });
       await openInterval(tx, row);
       await activity(tx, row, 'sandbox.resumed', `Sandbox ${row.name} resumed`, { metadata: { from: row.state } });
     });
@@ -446,7 +449,37 @@ export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClien
     touched.set(id, now);
     await exec(ctx).updateTable('sandboxes').set({ last_active_at: new Date(now).toISOString() }).where('id', '=', id).execute();
   }
-  return { agent: ctx.deps.sandboxes.agent(id), row };
+  const agent = ctx.deps.sandboxes.agent(id);
+  if (!agent.onViolation) {
+    const deps = ctx.deps;
+    agent.onViolation = (reason) => {
+      agent.onViolation = null; // once per client: the container is stopped and the client closed
+      void agentFailed(deps, row, reason).catch((err) => deps.log.error({ err, sandboxId: id }, 'could not mark a sandbox whose agent failed'));
+    };
+  }
+  return { agent, row };
+}
+
+/**
+ * The sandbox's agent broke the protocol (an answer over its size cap, not JSON, past its deadline; see
+ * agent-client.ts): it is not to be trusted with more requests. The container is stopped (files kept) and
+ * the sandbox becomes `error` with the reason; it can be destroyed, or resumed (a new container and agent
+ * over its files).
+ */
+async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void> {
+  const ctx = ownerCtx(deps, first);
+  await serialized(first.id, async () => {
+    const row = await findRow(ctx, first.id);
+    if (row.state !== 'running') return; // paused, destroyed or already failed meanwhile
+    deps.log.warn({ sandboxId: row.id, reason }, 'sandbox agent misbehaved; stopping the sandbox');
+    await deps.sandboxes.stop(row.id).catch((err) => deps.log.warn({ err, sandboxId: row.id }, 'could not stop a sandbox whose agent failed'));
+    const message = `its agent misbehaved (${reason}); the sandbox was stopped, its files are kept: resume starts it again`;
+    await withTx(ctx, async (tx) => {
+      if (!(await setState(tx, row.id, ['running'], 'error', { error: message }))) return;
+      await closeInterval(tx, row.id);
+      await activity(tx, row, 'sandbox.failed', `Sandbox ${row.name} failed`, { status: 'failed', summary: message, metadata: { trigger: 'agent_error' } });
+    });
+  });
 }
 
 // ---- housekeeping ----------------------------------------------------------------------------
@@ -499,8 +532,8 @@ export async function reconcile(deps: Deps): Promise<{ stopped: number; removed:
   }
   for (const id of containers.keys()) {
     if (live.has(id)) continue;
-    const row = await deps.db.kysely.selectFrom('sandboxes').select(['state']).where('id', '=', id).executeTakeFirst();
-    if (row && row.state === 'stopped') {
+    const row = await deps.db.kysely.selectFrom('sandboxes').select(['state', 'uid']).where('id', '=', id).executeTakeFirst();
+    if (row && (row.state === 'stopped' || (row.state === 'error' && row.uid !== null))) {
       await deps.sandboxes.stop(id).catch(() => undefined);
       continue;
     }

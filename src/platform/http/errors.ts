@@ -18,6 +18,7 @@ export const ERROR_STATUS = {
   internal: 500,
   not_implemented: 501,
   provider_error: 502,
+  sandbox_agent_error: 502,
   provider_timeout: 504,
   service_unavailable: 503,
   insufficient_storage: 507,

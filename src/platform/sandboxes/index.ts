@@ -7,7 +7,7 @@ import { RuncRuntime } from './runc.js';
 import type { SandboxRuntime } from './types.js';
 
 export type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
-export { AgentClient, type AgentEntry, type AgentProcess, type OutputEvent, type StartProcess } from './agent-client.js';
+export { AGENT_LIMITS, AgentClient, type AgentEntry, type AgentLimits, type AgentProcess, type OutputEvent, type StartProcess } from './agent-client.js';
 
 export const AGENT_BINARY = fileURLToPath(new URL('../../../native/build/hangar-agent', import.meta.url));
 

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { constants, openSync, closeSync } from 'node:fs';
+import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -29,6 +29,22 @@ const BUILD_CAPS = [
   'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_SETFCAP', 'CAP_AUDIT_WRITE',
 ];
 
+/**
+ * The agent's own uid in a sandbox: the sandbox user's uid + this offset (sandbox users are 200000..249999,
+ * so agents are 300000..349999, clear of them, of one-shot execution's 60000..65533 and of host accounts).
+ * User commands cannot signal, trace or inspect a process of another uid (ADR 0013).
+ */
+export const AGENT_UID_OFFSET = 100_000;
+
+/**
+ * What runc gives a sandbox's agent, in all five sets (ambient too: a non-root uid keeps capabilities across
+ * execve only through the ambient set). The agent then empties ambient, inheritable and bounding on all its
+ * threads and drops CAP_SETPCAP (needed for the bounding drop only): it keeps SETUID/SETGID (to start
+ * commands as the user, and for the user's file-system identity in file operations) and KILL (to signal
+ * the user's processes); commands end with none.
+ */
+const AGENT_CAPS = ['CAP_SETUID', 'CAP_SETGID', 'CAP_KILL', 'CAP_SETPCAP'];
+
 const EPERM = 1;
 const ENOSYS = 38;
 const CLONE_NEWUSER = 0x10000000;
@@ -36,7 +52,10 @@ const CLONE_NEWUSER = 0x10000000;
 /**
  * A deny-list in the spirit of Docker's default profile: what a process without capabilities could still
  * reach of the kernel's rarer surfaces. New user namespaces are the big one (unshare, clone with
- * CLONE_NEWUSER; clone3 answers ENOSYS so libc falls back to clone, whose flags can be checked).
+ * CLONE_NEWUSER; clone3 answers ENOSYS so libc falls back to clone, whose flags can be checked). The rest of
+ * one-shot execution's list (native/reaper.c) too: no ptrace, no reading or writing another process's
+ * memory, no copying another process's descriptors (pidfd_getfd), no io_uring (its own path around the
+ * seccomp filter), no fanotify. Used for sandboxes and template builds alike (apt needs none of them).
  */
 const SECCOMP = {
   defaultAction: 'SCMP_ACT_ALLOW',
@@ -49,6 +68,8 @@ const SECCOMP = {
         'kexec_load', 'kexec_file_load', 'init_module', 'finit_module', 'delete_module', 'open_by_handle_at',
         'name_to_handle_at', 'userfaultfd', 'acct', 'swapon', 'swapoff', 'reboot', 'syslog', 'quotactl', 'lookup_dcookie',
         'iopl', 'ioperm', 'settimeofday', 'clock_settime', 'clock_adjtime', 'adjtimex', 'vhangup', 'nfsservctl',
+        'ptrace', 'process_vm_readv', 'process_vm_writev', 'pidfd_getfd', 'io_uring_setup', 'io_uring_enter',
+        'io_uring_register', 'fanotify_init',
       ],
       action: 'SCMP_ACT_ERRNO',
       errnoRet: EPERM,
@@ -188,14 +209,14 @@ export class RuncRuntime implements SandboxRuntime {
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(tmpSock, 511, resolve));
     const fd = (server as unknown as { _handle: { fd: number } })._handle.fd;
     await fs.rename(tmpSock, sock);
-    const logFd = openSync(path.join(dir, 'agent.log'), 'a', 0o600);
+    // The container's stdio is /dev/null: nothing of the host is held by its processes (the agent keeps its
+    // log in memory, GET /log); runc's own errors go to the root-only runc.log, which runc init never passes on.
     try {
-      await this.runcCall(['run', '--detach', '--preserve-fds', '1', '--bundle', dir, spec.id], ['ignore', logFd, logFd, fd], dir);
+      await this.runcCall(['run', '--detach', '--preserve-fds', '1', '--bundle', dir, spec.id], ['ignore', 'ignore', 'ignore', fd], dir);
     } catch (err) {
       await this.teardown(spec.id).catch(() => undefined);
       throw err;
     } finally {
-      closeSync(logFd);
       server.close();
     }
     this.agents.get(spec.id)?.close();
@@ -350,17 +371,27 @@ export class RuncRuntime implements SandboxRuntime {
   }
 
   private ociConfig(spec: ContainerSpec, rootfs: string, netnsPath: string | null): object {
-    const caps = spec.build ? BUILD_CAPS : [];
-    const env = { ...spec.env };
+    // A build runs as root with Docker's capabilities, and so does its agent (root with CAP_SETUID could
+    // become any uid anyway). A sandbox's agent runs as a uid of its own and starts commands as the user.
+    const env: Record<string, string> = { ...spec.env };
+    let user = { uid: spec.uid, gid: spec.uid, additionalGids: [] as number[] };
+    let capabilities = { bounding: BUILD_CAPS, effective: BUILD_CAPS, permitted: BUILD_CAPS, inheritable: [] as string[], ambient: [] as string[] };
+    if (!spec.build) {
+      const agentUid = spec.uid + AGENT_UID_OFFSET;
+      user = { uid: agentUid, gid: agentUid, additionalGids: [] };
+      capabilities = { bounding: AGENT_CAPS, effective: AGENT_CAPS, permitted: AGENT_CAPS, inheritable: AGENT_CAPS, ambient: AGENT_CAPS };
+      env.HANGAR_AGENT_UID = String(spec.uid);
+      env.HANGAR_AGENT_GID = String(spec.uid);
+    }
     return {
       ociVersion: '1.0.2',
       process: {
         terminal: false,
-        user: { uid: spec.uid, gid: spec.uid },
+        user,
         args: ['/.hangar/agent'],
         env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
         cwd: '/',
-        capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },
+        capabilities,
         noNewPrivileges: true,
       },
       root: { path: rootfs, readonly: false },
