@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
+import { isIPv4, isIPv6 } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { BaseInfo } from './types.js';
@@ -112,12 +113,16 @@ function systemEntries(text: string): string {
 }
 
 async function resolvConf(): Promise<string> {
-  const host = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
-  const servers = host
+  const servers = nameservers(await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => ''));
+  return servers.map((s) => `nameserver ${s}`).join('\n') + (servers.length ? '\n' : '');
+}
+
+/** The resolvers of a resolv.conf a sandbox can use (loopback ones are the host's own and unreachable from it). */
+export function nameservers(resolvConf: string): string[] {
+  return resolvConf
     .split('\n')
     .map((l) => l.match(/^\s*nameserver\s+(\S+)/)?.[1])
-    .filter((s): s is string => !!s && !s.startsWith('127.') && s !== '::1');
-  return servers.map((s) => `nameserver ${s}`).join('\n') + (servers.length ? '\n' : '');
+    .filter((s): s is string => !!s && !s.startsWith('127.') && s !== '::1' && (isIPv4(s) || isIPv6(s)));
 }
 
 async function removeUnreadable(dir: string): Promise<void> {

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
 import { AgentClient } from './agent-client.js';
-import { ensureBaseLayer } from './base-layer.js';
+import { ensureBaseLayer, nameservers } from './base-layer.js';
 import { SandboxNetwork } from './network.js';
 import type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
 
@@ -19,6 +19,8 @@ export interface RuncOptions {
   installId: string;
   agentBinary: string;
   subnetOctet: number;
+  /** HANGAR_SANDBOX_NETWORK_ALLOW: private networks sandboxes and builds may reach all the same. */
+  networkAllow?: readonly string[];
   log: Logger;
   runc?: string;
 }
@@ -107,7 +109,8 @@ export class RuncRuntime implements SandboxRuntime {
     let network: SandboxNetwork | null = null;
     let networkReason: string | null = null;
     try {
-      network = await SandboxNetwork.setup(opts.subnetOctet);
+      const resolvers = nameservers(await fs.readFile(path.join(root, 'etc/resolv.conf'), 'utf8').catch(() => ''));
+      network = await SandboxNetwork.setup(opts.subnetOctet, { resolvers, allow: opts.networkAllow ?? [] });
     } catch (err) {
       networkReason = `sandbox networking could not be set up on this host: ${(err as Error).message}`;
       opts.log.warn({ err }, networkReason);
