@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -39,6 +39,11 @@ async function readFile(id: string, p: string): Promise<string> {
   const res = await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent(p)}`, headers: admin.headers });
   expect(res.statusCode, res.body).toBe(200);
   return res.body;
+}
+
+/** Destroys a sandbox a test is done with (an organization may have only so many running). */
+async function destroy(id: string): Promise<void> {
+  expect((await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers })).statusCode).toBe(204);
 }
 
 function lifecycle(id: string, verb: 'pause' | 'resume') {
@@ -324,6 +329,7 @@ describe('network: private ranges and the host’s own addresses', () => {
       const dns = await run(id, 'getent ahostsv4 registry.npmjs.org | head -1');
       expect(dns.stdout, dns.stderr).toMatch(/^\d+\.\d+\.\d+\.\d+\s/);
     }
+    await destroy(id);
   });
 
   it('the operator’s allowlist (HANGAR_SANDBOX_NETWORK_ALLOW) opens exactly the networks it names', async () => {
@@ -345,6 +351,39 @@ describe('network: private ranges and the host’s own addresses', () => {
     }
     const id = await create({ network: true });
     expect(probeResults((await run(id, probe('allowed', far.rfc1918a, port))).stdout)).toEqual({ allowed: 'blocked' });
+    await destroy(id);
+  });
+});
+
+describe('what a sandbox sees of the host', () => {
+  it('none of the host’s /usr/local (tools, their configuration), only an empty skeleton', async () => {
+    const hostBin = readdirSync('/usr/local/bin');
+    const hostLocal = readdirSync('/usr/local');
+    expect(hostBin.length + readdirSync('/usr/local/lib').length).toBeGreaterThan(0);
+    const id = await create();
+    const r = await run(id, 'ls -A /usr/local/bin /usr/local/lib; echo ---; ls -A /usr/local; echo ---; find /usr/local -mindepth 1 ! -type d ! -type l');
+    const [listing, top, files] = r.stdout.split('---\n');
+    for (const name of hostBin) expect(listing).not.toMatch(new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
+    expect(listing!.split('\n').filter((l) => l && !l.endsWith(':'))).toEqual([]);
+    const skeleton = ['bin', 'etc', 'games', 'include', 'lib', 'man', 'sbin', 'share', 'src'];
+    expect(top!.trim().split('\n').every((e) => skeleton.includes(e))).toBe(true);
+    for (const e of hostLocal.filter((e) => !skeleton.includes(e))) expect(top!.trim().split('\n')).not.toContain(e);
+    expect(files).toBe('');
+    await destroy(id);
+  });
+
+  it('mountinfo names no host path of its layers', async () => {
+    const id = await create();
+    const hostInfo = readFileSync('/proc/self/mountinfo', 'utf8');
+    const dir = h.deps.config.sandboxes.dir;
+    // Control: on the host the overlay options carry the layers' paths.
+    expect(hostInfo).toContain(containerDir(id));
+    const inside = (await run(id, 'cat /proc/self/mountinfo')).stdout;
+    expect(inside).toMatch(/ overlay overlay /);
+    expect(inside).not.toContain(dir);
+    expect(inside).not.toContain(h.deps.installId);
+    expect(inside).not.toContain(id);
+    await destroy(id);
   });
 });
 

@@ -83,6 +83,7 @@ export class RuncRuntime implements SandboxRuntime {
   private constructor(
     private readonly opts: RuncOptions,
     private readonly baseRoot: string,
+    private readonly baseUsr: string[],
     readonly base: BaseInfo,
     private readonly network: SandboxNetwork | null,
     readonly networkReason: string | null,
@@ -105,7 +106,7 @@ export class RuncRuntime implements SandboxRuntime {
     await fs.mkdir(path.join(opts.dir, opts.installId, 'containers'), { recursive: true, mode: 0o700 });
     await fs.mkdir(path.join(opts.dir, opts.installId, 'layers'), { recursive: true, mode: 0o700 });
     await fs.chmod(opts.dir, 0o711).catch(() => undefined);
-    const { root, info } = await ensureBaseLayer(opts.dir);
+    const { root, usr, info } = await ensureBaseLayer(opts.dir);
     let network: SandboxNetwork | null = null;
     let networkReason: string | null = null;
     try {
@@ -115,7 +116,7 @@ export class RuncRuntime implements SandboxRuntime {
       networkReason = `sandbox networking could not be set up on this host: ${(err as Error).message}`;
       opts.log.warn({ err }, networkReason);
     }
-    return new RuncRuntime(opts, root, info, network, networkReason);
+    return new RuncRuntime(opts, root, usr, info, network, networkReason);
   }
 
   private dirOf(id: string): string {
@@ -272,13 +273,11 @@ export class RuncRuntime implements SandboxRuntime {
 
   private async mountLayers(spec: ContainerSpec, rootfs: string, upper: Layer, dir: string): Promise<void> {
     if (!(await isMountPoint(rootfs))) {
-      const lower = [...spec.layers.map((l) => l.root), this.baseRoot].join(':');
-      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.root},workdir=${path.join(dir, 'work/root')}`, rootfs]);
+      await overlay(path.join(dir, 'ovl/root'), [...spec.layers.map((l) => l.root), this.baseRoot], upper.root, path.join(dir, 'work/root'), rootfs);
     }
     const usr = path.join(rootfs, 'usr');
     if (!(await isMountPoint(usr))) {
-      const lower = [...spec.layers.map((l) => l.usr), '/usr'].join(':');
-      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.usr},workdir=${path.join(dir, 'work/usr')}`, usr]);
+      await overlay(path.join(dir, 'ovl/usr'), [...spec.layers.map((l) => l.usr), ...this.baseUsr, '/usr'], upper.usr, path.join(dir, 'work/usr'), usr);
     }
   }
 
@@ -366,6 +365,21 @@ async function lastRuncError(file: string): Promise<string> {
     }
   }
   return '';
+}
+
+/**
+ * Mounts an overlay whose options name no host path: the kernel shows lowerdir/upperdir/workdir in mountinfo (also
+ * to the container) exactly as given, so each layer is given as a relative name (`0`, `1`, ..., `upper`, `work`)
+ * of a symlink in `links`, resolved against mount's working directory when mounting.
+ */
+async function overlay(links: string, lower: string[], upper: string, work: string, target: string): Promise<void> {
+  await fs.rm(links, { recursive: true, force: true });
+  await fs.mkdir(links, { recursive: true, mode: 0o700 });
+  const names = lower.map((_, i) => String(i));
+  for (const [i, layer] of lower.entries()) await fs.symlink(layer, path.join(links, names[i]!));
+  await fs.symlink(upper, path.join(links, 'upper'));
+  await fs.symlink(work, path.join(links, 'work'));
+  await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${names.join(':')},upperdir=upper,workdir=work`, target], { cwd: links });
 }
 
 async function isMountPoint(p: string): Promise<boolean> {
