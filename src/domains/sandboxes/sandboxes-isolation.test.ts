@@ -4,6 +4,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_BINARY } from '../../platform/sandboxes/index.js';
 import { nameservers } from '../../platform/sandboxes/base-layer.js';
 import { SandboxNetwork } from '../../platform/sandboxes/network.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
@@ -383,6 +384,11 @@ describe('what a sandbox sees of the host', () => {
     expect(inside).not.toContain(dir);
     expect(inside).not.toContain(h.deps.installId);
     expect(inside).not.toContain(id);
+    // Nor where Hangar is installed: the agent is bound in from a copy named by its content.
+    expect(AGENT_BINARY.startsWith(process.cwd())).toBe(true);
+    expect(inside).toMatch(/ \/\.hangar\/agent /);
+    expect(inside).not.toContain(process.cwd());
+    expect(inside).not.toContain('native/build');
     await destroy(id);
   });
 });

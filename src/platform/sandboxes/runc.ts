@@ -1,4 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { constants, openSync, closeSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import net from 'node:net';
@@ -79,6 +80,8 @@ export class RuncRuntime implements SandboxRuntime {
   private readonly installDir: string;
   private readonly stateRoot: string;
   private readonly runc: string;
+  /** The agent binary containers bind in: a copy under /run/hangar/agent (see stageAgent). */
+  private agentPath: string;
 
   private constructor(
     private readonly opts: RuncOptions,
@@ -91,6 +94,7 @@ export class RuncRuntime implements SandboxRuntime {
     this.installDir = path.join(opts.dir, opts.installId);
     this.stateRoot = path.join('/run/hangar/runc', opts.installId);
     this.runc = opts.runc ?? 'runc';
+    this.agentPath = opts.agentBinary;
   }
 
   static async create(opts: RuncOptions): Promise<RuncRuntime> {
@@ -116,7 +120,9 @@ export class RuncRuntime implements SandboxRuntime {
       networkReason = `sandbox networking could not be set up on this host: ${(err as Error).message}`;
       opts.log.warn({ err }, networkReason);
     }
-    return new RuncRuntime(opts, root, usr, info, network, networkReason);
+    const runtime = new RuncRuntime(opts, root, usr, info, network, networkReason);
+    runtime.agentPath = await stageAgent(opts.agentBinary);
+    return runtime;
   }
 
   private dirOf(id: string): string {
@@ -305,7 +311,7 @@ export class RuncRuntime implements SandboxRuntime {
         { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
         { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
         { destination: '/run', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777', 'size=65536k'] },
-        { destination: '/.hangar/agent', type: 'bind', source: this.opts.agentBinary, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+        { destination: '/.hangar/agent', type: 'bind', source: this.agentPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       ],
       linux: {
         namespaces: [
@@ -380,6 +386,22 @@ async function overlay(links: string, lower: string[], upper: string, work: stri
   await fs.symlink(upper, path.join(links, 'upper'));
   await fs.symlink(work, path.join(links, 'work'));
   await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${names.join(':')},upperdir=upper,workdir=work`, target], { cwd: links });
+}
+
+/**
+ * A copy of the agent binary at `/run/hangar/agent/<content hash>`: a bind mount shows its source's path in the
+ * container's mountinfo, and this one names neither the checkout nor the installation.
+ */
+async function stageAgent(binary: string): Promise<string> {
+  const data = await fs.readFile(binary);
+  const dir = '/run/hangar/agent';
+  const target = path.join(dir, createHash('sha256').update(data).digest('hex').slice(0, 16));
+  if (await exists(target)) return target;
+  await fs.mkdir(dir, { recursive: true, mode: 0o711 });
+  const tmp = `${target}.${process.pid}.tmp`;
+  await fs.writeFile(tmp, data, { mode: 0o755 });
+  await fs.rename(tmp, target);
+  return target;
 }
 
 async function isMountPoint(p: string): Promise<boolean> {
