@@ -83,6 +83,26 @@ describe('configuration', () => {
     expect(parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.7.0.0/16', HANGAR_TEMPLATE_PREBUILD: 'false' }).sandboxes).toMatchObject({ subnetOctet: 7, prebuildTemplates: false });
   });
 
+  it('HANGAR_SANDBOX_NETWORK_ALLOW: comma-separated IPv4/IPv6 networks, normalised; a bad one stops start-up naming the setting', () => {
+    const base = { HANGAR_DATA_DIR: dir(), HANGAR_SECRET_KEY: key };
+    expect(parseConfig(base).sandboxes.networkAllow).toEqual([]);
+    const c = parseConfig({ ...base, HANGAR_SANDBOX_NETWORK_ALLOW: ' 10.0.5.0/24, 192.168.1.7 ,fd12:3456:0::/48,::ffff:10.0.0.0/104' });
+    expect(c.sandboxes.networkAllow).toEqual(['10.0.5.0/24', '192.168.1.7/32', 'fd12:3456::/48', '::ffff:a00:0/104']);
+    for (const [bad, message] of [
+      ['10.0.5.1/24', /has host bits set; the network is 10\.0\.5\.0\/24/],
+      ['10.0.5.0/33', /prefix length/],
+      ['example.com', /not an IPv4 or IPv6 network/],
+      ['10.0.0.0/8/1', /not a CIDR/],
+      ['fd00::1/8', /host bits set; the network is fd00::\/8/],
+      ['10.0.0.0/ 8', /prefix length/],
+    ] as const) {
+      const err = errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_NETWORK_ALLOW: `10.1.0.0/16,${bad}` }));
+      expect(err.setting, bad).toBe('HANGAR_SANDBOX_NETWORK_ALLOW');
+      expect(err.message, bad).toMatch(message);
+      expect(err.message).toContain(`"${bad}"`);
+    }
+  });
+
   it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {
     const d = dir();
     const a = loadConfig({ HANGAR_DATA_DIR: d });

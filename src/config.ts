@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { isIPv4, isIPv6 } from 'node:net';
 import { availableParallelism, hostname } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -72,6 +73,7 @@ const EnvSchema = z.object({
   HANGAR_SANDBOX_MIN_FREE_DISK_MB: intFrom(0, 1024 ** 4).default(2048),
   HANGAR_TEMPLATE_BUILD_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(4096),
   HANGAR_SANDBOX_SUBNET: z.string().regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet').default('10.89.0.0/16'),
+  HANGAR_SANDBOX_NETWORK_ALLOW: z.string().optional(),
   HANGAR_TEMPLATE_PREBUILD: z.enum(['true', 'false', '1', '0']).default('true'),
   HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS: intFrom(10, 86_400).default(1800),
   HANGAR_OPENAI_BASE_URL: z.string().url().optional(),
@@ -143,6 +145,8 @@ export type SandboxConfig = Readonly<{
   buildDiskMb: number;
   /** Second octet of the 10.N.0.0/16 network that sandboxes with network on use. */
   subnetOctet: number;
+  /** Networks (CIDRs) sandboxes and builds may reach although they are private, e.g. an internal package mirror. */
+  networkAllow: readonly string[];
   /** Build the system templates that need a build (desktop-ubuntu) at start-up. */
   prebuildTemplates: boolean;
   buildTimeoutSeconds: number;
@@ -170,6 +174,54 @@ export type ExecuteConfig = Readonly<{
   /** Languages offered (canonical names), or null for every installed one. */
   languages: readonly string[] | null;
 }>;
+
+/**
+ * An IPv4 or IPv6 network as `address/prefix` (a bare address is a single host), in the form nftables takes;
+ * or why it is not one. Host bits must be zero, so a typo cannot silently widen or shift the network.
+ */
+export function parseCidr(text: string): { cidr: string } | { error: string } {
+  const [addr = '', prefixText, extra] = text.split('/');
+  if (extra !== undefined) return { error: 'is not a CIDR such as 10.0.5.0/24 or fd12:3456::/48' };
+  const v4 = isIPv4(addr);
+  if (!v4 && !isIPv6(addr)) return { error: 'is not an IPv4 or IPv6 network such as 10.0.5.0/24 or fd12:3456::/48' };
+  const bits = v4 ? 32 : 128;
+  const prefix = prefixText === undefined ? bits : /^\d{1,3}$/.test(prefixText) ? Number(prefixText) : NaN;
+  if (!(prefix >= 0 && prefix <= bits)) return { error: `has a prefix length that is not 0 to ${bits}` };
+  const value = v4 ? addr.split('.').reduce((acc, o) => (acc << 8n) | BigInt(o), 0n) : ipv6Value(addr);
+  const hostBits = (1n << BigInt(bits - prefix)) - 1n;
+  if (value & hostBits) return { error: `has host bits set; the network is ${formatAddr(value & ~hostBits, v4)}/${prefix}` };
+  return { cidr: `${formatAddr(value, v4)}/${prefix}` };
+}
+
+function ipv6Value(addr: string): bigint {
+  let text = addr;
+  const v4Tail = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+  if (v4Tail) {
+    const o = v4Tail[1]!.split('.').map(Number);
+    text = `${text.slice(0, -v4Tail[1]!.length)}${((o[0]! << 8) | o[1]!).toString(16)}:${((o[2]! << 8) | o[3]!).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const h = head ? head.split(':') : [];
+  const t = tail ? tail.split(':') : [];
+  const groups = tail === undefined ? h : [...h, ...Array<string>(8 - h.length - t.length).fill('0'), ...t];
+  return groups.reduce((acc, g) => (acc << 16n) | BigInt(parseInt(g, 16)), 0n);
+}
+
+function formatAddr(value: bigint, v4: boolean): string {
+  if (v4) return [24n, 16n, 8n, 0n].map((s) => String((value >> s) & 255n)).join('.');
+  const groups = Array.from({ length: 8 }, (_, i) => ((value >> BigInt(112 - 16 * i)) & 0xffffn).toString(16));
+  // The longest run of zero groups becomes "::".
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && groups[j] === '0') j++;
+    if (j - i > bestLen) [best, bestLen] = [i, j - i];
+    i = j === i ? i + 1 : j;
+  }
+  if (best === -1) return groups.join(':');
+  return `${groups.slice(0, best).join(':')}::${groups.slice(best + bestLen).join(':')}`;
+}
 
 const list = (v: string | undefined): string[] => (v ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 
@@ -253,6 +305,11 @@ export function parseConfig(
   if (e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS > e.HANGAR_SANDBOX_MAX_IDLE_SECONDS && e.HANGAR_SANDBOX_MAX_IDLE_SECONDS !== 0) throw new ConfigError('HANGAR_SANDBOX_MAX_IDLE_SECONDS', 'must be at least HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS');
   const subnetOctet = Number(/^10\.(\d{1,3})\./.exec(e.HANGAR_SANDBOX_SUBNET)![1]);
   if (subnetOctet > 255) throw new ConfigError('HANGAR_SANDBOX_SUBNET', 'must be a 10.N.0.0/16 subnet with N at most 255');
+  const networkAllow = list(e.HANGAR_SANDBOX_NETWORK_ALLOW).map((cidr) => {
+    const parsed = parseCidr(cidr);
+    if ('error' in parsed) throw new ConfigError('HANGAR_SANDBOX_NETWORK_ALLOW', `"${cidr}" ${parsed.error}`);
+    return parsed.cidr;
+  });
   const concurrency = e.HANGAR_EXECUTE_CONCURRENCY ?? availableParallelism();
   const languages = e.HANGAR_EXECUTE_LANGUAGES?.split(',').map((l) => l.trim().toLowerCase()).filter(Boolean);
   const host = e.HOST === '0.0.0.0' || e.HOST === '::' ? '127.0.0.1' : e.HOST;
@@ -329,6 +386,7 @@ export function parseConfig(
       minFreeDiskMb: e.HANGAR_SANDBOX_MIN_FREE_DISK_MB,
       buildDiskMb: e.HANGAR_TEMPLATE_BUILD_DISK_MB,
       subnetOctet: subnetOctet,
+      networkAllow: Object.freeze(networkAllow),
       prebuildTemplates: e.HANGAR_TEMPLATE_PREBUILD === 'true' || e.HANGAR_TEMPLATE_PREBUILD === '1',
       buildTimeoutSeconds: e.HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS,
     }),

@@ -1,10 +1,13 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { statfs } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_BINARY } from '../../platform/sandboxes/index.js';
+import { nameservers } from '../../platform/sandboxes/base-layer.js';
+import { SandboxNetwork } from '../../platform/sandboxes/network.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 
 /**
@@ -38,6 +41,11 @@ async function readFile(id: string, p: string): Promise<string> {
   const res = await h.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent(p)}`, headers: admin.headers });
   expect(res.statusCode, res.body).toBe(200);
   return res.body;
+}
+
+/** Destroys a sandbox a test is done with (an organization may have only so many running). */
+async function destroy(id: string): Promise<void> {
+  expect((await h.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: admin.headers })).statusCode).toBe(204);
 }
 
 function lifecycle(id: string, verb: 'pause' | 'resume') {
@@ -252,6 +260,137 @@ describe('network', () => {
       `${[probe('sandboxA', ipA!, 8000), probe('hostIp', hostIp, port), probe('gateway', gateway!, port), probe('hostPostgres', hostIp, 5432), probe('loopback', '127.0.0.1', hangarPort)].join(' & ')} & wait`,
     );
     expect(probeResults(fromB.stdout)).toEqual({ sandboxA: 'blocked', hostIp: 'blocked', gateway: 'blocked', hostPostgres: 'blocked', loopback: 'blocked' });
+  });
+});
+
+/**
+ * A private network of the test's own on this host: a namespace behind a veth pair whose far end has an address in
+ * each private range (RFC 1918, CGNAT, IPv6 ULA) with a TCP listener on all of them. The host routes to it like to
+ * a LAN; a sandbox must reach none of it, nor any address of the host itself.
+ */
+describe('network: private ranges and the host’s own addresses', () => {
+  const tag = randomBytes(3).toString('hex');
+  const n = 1 + (parseInt(tag, 16) % 250);
+  const ns = `hgtest-${tag}`;
+  const hostSide = `hgt${tag}`;
+  const far = { rfc1918a: `10.254.${n}.2`, rfc1918b: `172.31.${n}.2`, rfc1918c: `192.168.${n}.2`, cgnat: `100.64.${n}.2`, ula: `fd00:${n.toString(16)}::2` };
+  const near = { rfc1918a: `10.254.${n}.1`, ula: `fd00:${n.toString(16)}::1` };
+  let listener: ChildProcess;
+  let port: number;
+  const ipIn = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args]);
+
+  beforeAll(async () => {
+    execFileSync('ip', ['netns', 'add', ns]);
+    execFileSync('ip', ['link', 'add', hostSide, 'type', 'veth', 'peer', 'name', 'lan0', 'netns', ns]);
+    execFileSync('ip', ['addr', 'add', `${near.rfc1918a}/24`, 'dev', hostSide]);
+    for (const p of [`172.31.${n}.1/24`, `192.168.${n}.1/24`, `100.64.${n}.1/24`]) execFileSync('ip', ['addr', 'add', p, 'dev', hostSide]);
+    execFileSync('ip', ['-6', 'addr', 'add', `${near.ula}/64`, 'dev', hostSide, 'nodad']);
+    execFileSync('ip', ['link', 'set', hostSide, 'up']);
+    ipIn('link', 'set', 'lo', 'up');
+    for (const p of [`${far.rfc1918a}/24`, `${far.rfc1918b}/24`, `${far.rfc1918c}/24`, `${far.cgnat}/24`]) ipIn('addr', 'add', p, 'dev', 'lan0');
+    ipIn('-6', 'addr', 'add', `${far.ula}/64`, 'dev', 'lan0', 'nodad');
+    ipIn('link', 'set', 'lan0', 'up');
+    ipIn('route', 'add', 'default', 'via', near.rfc1918a);
+    port = 20_000 + Math.floor(Math.random() * 20_000);
+    listener = spawn('ip', ['netns', 'exec', ns, 'python3', '-c', [
+      'import socket, threading',
+      `s = socket.create_server(("::", ${port}), family=socket.AF_INET6, dualstack_ipv6=True)`,
+      'while True:',
+      '    c, _ = s.accept(); c.sendall(b"private\\n"); c.close()',
+    ].join('\n')], { stdio: 'ignore' });
+    // The host itself reaches every far address: the listener is there, so a refusal comes from the sandbox's fence.
+    await until('the test network’s listener', async () => (await Promise.all(Object.values(far).map((ip) => hostCanConnect(ip, port)))).every(Boolean), 10_000);
+  });
+
+  afterAll(() => {
+    listener?.kill('SIGKILL');
+    execFileSync('ip', ['link', 'del', hostSide], { stdio: 'ignore' });
+    execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
+  });
+
+  it('a sandbox with network reaches no private range and no address of the host; its DNS resolver still answers', async () => {
+    const id = await create({ network: true });
+    const hostAddrs = execFileSync('ip', ['-o', 'addr', 'show', 'scope', 'global'], { encoding: 'utf8' })
+      .split('\n')
+      .map((l) => /^\d+:\s+(\S+)\s+inet6?\s+([\da-f.:]+)\//.exec(l))
+      .filter((m): m is RegExpExecArray => Boolean(m) && m![1] !== 'hangar0')
+      .map((m) => m[2]!);
+    expect(hostAddrs).toContain(near.rfc1918a);
+    const probes = [
+      ...Object.entries(far).map(([label, ip]) => probe(label, ip.includes(':') ? `[${ip}]` : ip, port)),
+      ...hostAddrs.map((ip, i) => probe(`host${i}`, ip.includes(':') ? `[${ip}]` : ip, port)),
+    ];
+    const r = await run(id, `${probes.join(' & ')} & wait`);
+    const results = probeResults(r.stdout);
+    expect(Object.keys(results)).toHaveLength(probes.length);
+    for (const [label, result] of Object.entries(results)) expect(`${label}=${result}`).toBe(`${label}=blocked`);
+
+    // Name resolution through the configured resolver still works (a lookup only; nothing is contacted).
+    const resolvers = readFileSync('/etc/resolv.conf', 'utf8').match(/^\s*nameserver\s+(?!127\.)(\S+)/m);
+    if (resolvers) {
+      const dns = await run(id, 'getent ahostsv4 registry.npmjs.org | head -1');
+      expect(dns.stdout, dns.stderr).toMatch(/^\d+\.\d+\.\d+\.\d+\s/);
+    }
+    await destroy(id);
+  });
+
+  it('the operator’s allowlist (HANGAR_SANDBOX_NETWORK_ALLOW) opens exactly the networks it names', async () => {
+    const allowed = await createHarness({ HANGAR_SANDBOX_NETWORK_ALLOW: `10.254.${n}.0/24,fd00:${n.toString(16)}::/64` });
+    try {
+      const owner = await createOrgAdmin(allowed);
+      const res = await allowed.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: owner.headers, payload: { network: true } });
+      expect(res.statusCode, res.body).toBe(201);
+      const id = json(res).data.id;
+      const cmd = `${[probe('allowed', far.rfc1918a, port), probe('other', far.cgnat, port), probe('hostSide', near.rfc1918a, port)].join(' & ')} & wait`;
+      const out = await allowed.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/commands`, headers: owner.headers, payload: { cmd } });
+      expect(out.statusCode, out.body).toBe(200);
+      // The host's own address on that network stays out of reach: the allowlist opens routed networks only.
+      expect(probeResults(json(out).data.stdout)).toEqual({ allowed: 'reached', other: 'blocked', hostSide: 'blocked' });
+    } finally {
+      await allowed.close();
+      // The firewall is host-wide: put back the rules of this file's harness (no allowlist).
+      await SandboxNetwork.setup(h.deps.config.sandboxes.subnetOctet, { resolvers: nameservers(readFileSync('/etc/resolv.conf', 'utf8')), allow: [] });
+    }
+    const id = await create({ network: true });
+    expect(probeResults((await run(id, probe('allowed', far.rfc1918a, port))).stdout)).toEqual({ allowed: 'blocked' });
+    await destroy(id);
+  });
+});
+
+describe('what a sandbox sees of the host', () => {
+  it('none of the host’s /usr/local (tools, their configuration), only an empty skeleton', async () => {
+    const hostBin = readdirSync('/usr/local/bin');
+    const hostLocal = readdirSync('/usr/local');
+    expect(hostBin.length + readdirSync('/usr/local/lib').length).toBeGreaterThan(0);
+    const id = await create();
+    const r = await run(id, 'ls -A /usr/local/bin /usr/local/lib; echo ---; ls -A /usr/local; echo ---; find /usr/local -mindepth 1 ! -type d ! -type l');
+    const [listing, top, files] = r.stdout.split('---\n');
+    for (const name of hostBin) expect(listing).not.toMatch(new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
+    expect(listing!.split('\n').filter((l) => l && !l.endsWith(':'))).toEqual([]);
+    const skeleton = ['bin', 'etc', 'games', 'include', 'lib', 'man', 'sbin', 'share', 'src'];
+    expect(top!.trim().split('\n').every((e) => skeleton.includes(e))).toBe(true);
+    for (const e of hostLocal.filter((e) => !skeleton.includes(e))) expect(top!.trim().split('\n')).not.toContain(e);
+    expect(files).toBe('');
+    await destroy(id);
+  });
+
+  it('mountinfo names no host path of its layers', async () => {
+    const id = await create();
+    const hostInfo = readFileSync('/proc/self/mountinfo', 'utf8');
+    const dir = h.deps.config.sandboxes.dir;
+    // Control: on the host the overlay options carry the layers' paths.
+    expect(hostInfo).toContain(containerDir(id));
+    const inside = (await run(id, 'cat /proc/self/mountinfo')).stdout;
+    expect(inside).toMatch(/ overlay overlay /);
+    expect(inside).not.toContain(dir);
+    expect(inside).not.toContain(h.deps.installId);
+    expect(inside).not.toContain(id);
+    // Nor where Hangar is installed: the agent is bound in from a copy named by its content.
+    expect(AGENT_BINARY.startsWith(process.cwd())).toBe(true);
+    expect(inside).toMatch(/ \/\.hangar\/agent /);
+    expect(inside).not.toContain(process.cwd());
+    expect(inside).not.toContain('native/build');
+    await destroy(id);
   });
 });
 

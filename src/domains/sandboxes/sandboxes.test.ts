@@ -181,6 +181,36 @@ describe('creating and reading sandboxes', () => {
     }
   });
 
+  it('refuses NUL in an env value, a command, its env or its cwd with a 400 naming the field (runc and exec cannot carry it)', async () => {
+    const env = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: { network: false, env: { TOKEN: 'a\u0000b' } } });
+    expect(env.statusCode, env.body).toBe(400);
+    expect(json(env).error.code).toBe('invalid_request');
+    expect(json(env).error.issues).toEqual([expect.objectContaining({ path: 'body.env.TOKEN', message: 'must not contain NUL' })]);
+
+    const box = await create(h, admin);
+    for (const [body, path] of [
+      [{ cmd: 'echo a\u0000b' }, 'cmd'],
+      [{ cmd: 'true', cwd: '/tmp\u0000x' }, 'cwd'],
+      [{ cmd: 'true', env: { X: '\u0000' } }, 'env.X'],
+      [{ cmd: 'true', background: true, env: { X: 'a\u0000' } }, 'env.X'],
+    ] as const) {
+      const res = await command(h, admin, box.id, body);
+      expect(res.statusCode, `${path}: ${res.body}`).toBe(400);
+      expect(json(res).error.code).toBe('invalid_request');
+      expect(json(res).error.issues).toEqual([expect.objectContaining({ path: `body.${path}`, message: 'must not contain NUL' })]);
+    }
+    // The sandbox is unharmed and an ordinary command still runs.
+    expect((await run(h, admin, box.id, 'echo fine', { env: { X: 'y' } })).stdout).toBe('fine\n');
+  });
+
+  it('a JSON body nested 10,000 levels deep is a 400, not a 5xx', async () => {
+    let deep: string = '"x"';
+    for (let i = 0; i < 10_000; i++) deep = `{"a":${deep}}`;
+    const res = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: `{"network":false,"metadata":${deep}}`, headers: { 'content-type': 'application/json' } });
+    expect(res.statusCode, res.body.slice(0, 300)).toBe(400);
+    expect(json(res).error.code).toBe('invalid_request');
+  });
+
   it('answers 404 not_found for an unknown id on every kind of route', async () => {
     for (const [method, url] of [
       ['GET', '/v1/sandboxes/sbx_doesnotexist'],

@@ -3,8 +3,11 @@ import { limitParam, queryBool } from '../../platform/http/pagination.js';
 
 export const SANDBOX_STATES = ['starting', 'running', 'paused', 'stopped', 'error', 'destroyed'] as const;
 
+/** Env values, command lines and paths become C strings (execve, runc's config): a NUL cannot be carried, so it is a 400. */
+const noNul = (s: z.ZodString) => s.refine((v) => !v.includes('\u0000'), 'must not contain NUL');
+
 const EnvMap = z
-  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'names are letters, digits and "_", not starting with a digit').max(256), z.string().max(32_768))
+  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'names are letters, digits and "_", not starting with a digit').max(256), noNul(z.string().max(32_768)))
   .refine((m) => Object.keys(m).length <= 200, 'at most 200 variables');
 
 export const SandboxName = z
@@ -92,8 +95,8 @@ export const ListSandboxesQuery = z.object({
 
 export const CommandBody = z
   .object({
-    cmd: z.string().min(1).max(100_000).describe('Shell command, run by `/bin/bash -c` as the sandbox user'),
-    cwd: z.string().min(1).max(4096).optional().describe('Working directory (absolute, or relative to /home/user); default the template’s, else /home/user'),
+    cmd: noNul(z.string().min(1).max(100_000)).describe('Shell command, run by `/bin/bash -c` as the sandbox user'),
+    cwd: noNul(z.string().min(1).max(4096)).optional().describe('Working directory (absolute, or relative to /home/user); default the template’s, else /home/user'),
     env: EnvMap.optional(),
     stdin: z.string().max(10 * 1024 * 1024).optional().describe('Written to the command’s standard input, which is then closed'),
     timeoutMs: z.number().int().min(1).max(24 * 3600_000).optional().describe('Kill the command (SIGKILL to its process group) after this long. Default 60 000 for a waited command; none for background ones.'),

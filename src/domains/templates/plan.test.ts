@@ -636,6 +636,14 @@ describe('planFromDockerfile: ENV, ARG, WORKDIR, LABEL', () => {
     expect(dockerfileError(`FROM base-ubuntu\n${many}`)).toBe('line 102: too many ENV variables; at most 100');
   });
 
+  it('refuses substitutions nested deeper than 32 levels with a 400 (9,000 levels overflowed the stack)', () => {
+    const nest = (n: number) => `${'${A:-'.repeat(n)}x${'}'.repeat(n)}`;
+    expect(dockerfileError(`FROM base-ubuntu\nENV B=${nest(9000)}`)).toBe('line 2: variable substitutions are nested more than 32 deep');
+    expect(dockerfileError(`FROM base-ubuntu\nENV B="${nest(33)}"`)).toBe('line 2: variable substitutions are nested more than 32 deep');
+    const ok = planFromDockerfile(`FROM base-ubuntu\nENV B=${nest(32)}`);
+    expect(ok.env.B).toBe('x');
+  });
+
   it('ARG defaults are exported to later RUN steps but not baked into the template', () => {
     const plan = planFromDockerfile(
       ['FROM base-ubuntu', 'ARG VERSION=1.2.3 CHANNEL', 'ENV TOOL_VERSION=$VERSION', 'RUN echo $VERSION ${CHANNEL:-stable}'].join('\n'),

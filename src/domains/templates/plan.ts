@@ -68,6 +68,8 @@ const MAX_NAME_CHARS = 256;
 const MAX_WORKDIR_BYTES = 1024;
 const MAX_DOCKERFILE_BYTES = 64 * 1024;
 const MAX_INSTRUCTIONS = 200;
+/** `${A:-${B:-...}}` nesting; the expander recurses per level, so thousands of levels overflowed the stack (a 500). */
+const MAX_SUBSTITUTION_DEPTH = 32;
 const TITLE_CHARS = 80;
 /** PATH of the base layer, for `$PATH` in a Dockerfile when the parent's env is not given. */
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -473,6 +475,7 @@ function splitWords(text: string): string[] {
 class WordExpander {
   private pos = 0;
   private quiet = 0;
+  private depth = 0;
   constructor(
     private readonly text: string,
     private readonly lookup: Lookup,
@@ -574,6 +577,7 @@ class WordExpander {
       );
     }
     this.pos += modifier.length;
+    if (++this.depth > MAX_SUBSTITUTION_DEPTH) throw at(this.line, `variable substitutions are nested more than ${MAX_SUBSTITUTION_DEPTH} deep`);
     const found = this.lookup(name);
     const value = found === undefined || found === 'no-default' ? undefined : found.value;
     const set = modifier.startsWith(':') ? value !== undefined && value !== '' : value !== undefined;
@@ -581,6 +585,7 @@ class WordExpander {
     if (!useWord) this.quiet++;
     const word = this.word('}');
     if (!useWord) this.quiet--;
+    this.depth--;
     this.pos++; // '}'
     if (modifier.endsWith('?')) {
       if (!set) throw at(this.line, `${name}: ${word || 'is not set'}`);

@@ -395,6 +395,13 @@ describe('bad input', () => {
     { name: 'an apt name with shell characters', body: { slug: 'inject', name: 'x', apt: ['foo;rm'] }, path: 'apt[0]', message: /not a Debian package name/ },
     { name: 'a pip URL', body: { slug: 'pip-url', name: 'x', pip: ['https://example.com/pkg-1.0.tar.gz'] }, path: 'pip[0]', message: /not a URL/ },
     { name: 'a missing name', body: { slug: 'no-name' }, path: 'name' },
+    { name: 'a NUL in an env value', body: { slug: 'env-nul', name: 'x', env: { A: 'a\u0000b' } }, path: 'env.A', message: /NUL/ },
+    {
+      name: 'a Dockerfile with 9,000 nested ${A:-...}',
+      body: { slug: 'deep-subst', name: 'x', dockerfile: `FROM base-ubuntu\nENV B=${'${A:-'.repeat(9000)}x${'}'.repeat(9000)}\n` },
+      path: 'dockerfile',
+      message: /nested/,
+    },
   ];
   for (const c of cases) {
     it(`refuses ${c.name} with 400 naming ${c.path}, creating nothing`, async () => {

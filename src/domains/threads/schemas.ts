@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { jsonDepth } from '../../platform/http/json-depth.js';
 import { limitParam, queryBool } from '../../platform/http/pagination.js';
 import { DURABLE_TYPES, TRANSIENT_TYPES } from './frames.js';
 
@@ -94,6 +95,9 @@ export const CompactResult = z
   .object({ thread: Thread, rollout: Rollout, events: z.array(ThreadEventSchema) })
   .meta({ id: 'CompactionResult' });
 
+/** How deep a frame's JSON may nest; serialising 10,000 levels overflowed the stack (a 500). */
+export const MAX_FRAME_DEPTH = 64;
+
 /** A transient frame from a local-device client. Type-specific fields (e.g. `delta`) travel as given. */
 export const TransientFrame = z
   .object({
@@ -106,6 +110,11 @@ export const TransientFrame = z
     sequenceNumber: z.number().int().positive(),
     delta: z.string().optional(),
   })
-  .passthrough();
+  .passthrough()
+  .superRefine((frame, ctx) => {
+    if (jsonDepth(frame, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH) {
+      ctx.addIssue({ code: 'custom', message: `is nested too deep: at most ${MAX_FRAME_DEPTH} levels of objects and arrays` });
+    }
+  });
 
 export const ThreadEventsBody = z.object({ threadId: z.string().min(1).max(100), frame: TransientFrame }).strict();

@@ -681,6 +681,23 @@ describe('threads', () => {
       expect(json(res).error.message).toContain('frame.rolloutId');
     });
 
+    it('a frame nested 10,000 levels deep (or deeper than 64) is 400 naming frame, and the thread keeps streaming', async () => {
+      // Built as text: the client's own JSON.stringify cannot serialise it either.
+      const deep = `${'{"a":'.repeat(10_000)}"x"${'}'.repeat(10_000)}`;
+      const body = JSON.stringify({ threadId: t.id, frame: frame({ extra: '@DEEP@' }) }).replace('"@DEEP@"', deep);
+      const res = await h.app.inject({ method: 'POST', url: '/v1/thread-events', headers: { ...owner.headers, 'content-type': 'application/json' }, payload: body });
+      expect(res.statusCode, res.body.slice(0, 300)).toBe(400);
+      expect(json(res).error.code).toBe('invalid_request');
+      expect(json(res).error.issues?.map((i: { path: string }) => i.path.replace(/^body\./, ''))).toContain('frame');
+      let array: unknown = [];
+      for (let i = 0; i < 70; i++) array = [array];
+      const over = await post({ threadId: t.id, frame: frame({ extra: array }) });
+      expect(over.statusCode).toBe(400);
+      expect(json(over).error.message).toMatch(/frame.*deep/);
+      // A frame with ordinary nesting still goes through.
+      expect((await post({ threadId: t.id, frame: frame({ extra: { source: { url: 'https://example.test', meta: [1, { a: 2 }] } } }) })).statusCode).toBe(202);
+    });
+
     it('a body over 64 KiB is 413', async () => {
       const res = await post({ threadId: t.id, frame: frame({ delta: 'x'.repeat(64 * 1024) }) });
       expect(res.statusCode).toBe(413);

@@ -45,6 +45,28 @@ describe('HTTP conventions', () => {
     expect(created.headers['x-api-version']).toBe('v1');
   });
 
+  it('a JSON body nested deeper than 128 levels is a 400 naming the field, before any handler sees it', async () => {
+    // Fields typed "any JSON" (run metadata) were stored as given and serialised later: deep enough, that is a 500.
+    const deep = (n: number) => `${'['.repeat(n)}${']'.repeat(n)}`;
+    const res = await h.app.inject({
+      method: 'POST',
+      url: '/v1/run',
+      headers: { ...admin.headers, 'content-type': 'application/json' },
+      payload: `{"agent":"no-such-agent","prompt":"hi","metadata":{"k":${deep(300)}}}`,
+    });
+    const error = expectError(res, 400, 'invalid_request');
+    expect(error.issues).toEqual([expect.objectContaining({ path: 'body.metadata' })]);
+    expect(error.message).toMatch(/nested more than 128/);
+    // Ordinary nesting reaches the handler (which then finds no such agent).
+    const shallow = await h.app.inject({
+      method: 'POST',
+      url: '/v1/run',
+      headers: { ...admin.headers, 'content-type': 'application/json' },
+      payload: `{"agent":"no-such-agent","prompt":"hi","metadata":{"k":${deep(20)}}}`,
+    });
+    expectError(shallow, 404, 'not_found');
+  });
+
   it('an unknown route is 404 in the envelope', async () => {
     for (const url of ['/v1/nothing-here', '/v1/api-keys/abc/def', '/v1']) {
       const withKey = await h.app.inject({ method: 'GET', url, headers: admin.headers });

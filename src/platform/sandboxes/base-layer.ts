@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
+import { isIPv4, isIPv6 } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { BaseInfo } from './types.js';
@@ -38,19 +39,27 @@ export function hostOs(osRelease: string): BaseInfo {
   };
 }
 
-export async function ensureBaseLayer(dir: string): Promise<{ root: string; info: BaseInfo }> {
+/** Debian's empty /usr/local, shown in place of the host's (its own tools and their configuration stay out of sight). */
+const USR_LOCAL = ['bin', 'etc', 'games', 'include', 'lib', 'sbin', 'share/man', 'src'];
+
+/**
+ * `root`: the generated root tree. `usr`: the layers stacked right over the host's /usr, highest first: an empty
+ * /usr/local skeleton over a whiteout that hides the host's /usr/local (overlayfs stops looking below a whiteout).
+ */
+export async function ensureBaseLayer(dir: string): Promise<{ root: string; usr: string[]; info: BaseInfo }> {
   const osRelease = await fs.readFile('/etc/os-release', 'utf8').catch(() => fs.readFile('/usr/lib/os-release', 'utf8'));
   const dpkg = await fs.stat('/var/lib/dpkg/status').catch(() => null);
   const fingerprint = createHash('sha256')
     .update(osRelease)
     .update(String(dpkg?.mtimeMs ?? 0))
     .update(String(dpkg?.size ?? 0))
-    .update('v1')
+    .update('v2')
     .digest('hex')
     .slice(0, 16);
   const final = path.join(dir, 'base', fingerprint);
   const info = hostOs(osRelease);
-  if (await exists(path.join(final, '.complete'))) return { root: path.join(final, 'root'), info };
+  const layers = (base: string) => ({ root: path.join(base, 'root'), usr: [path.join(base, 'usr'), path.join(base, 'usr-hide')], info });
+  if (await exists(path.join(final, '.complete'))) return layers(final);
 
   await fs.mkdir(path.join(dir, 'base'), { recursive: true, mode: 0o700 });
   const tmp = `${final}.tmp-${process.pid}-${Date.now()}`;
@@ -90,6 +99,11 @@ export async function ensureBaseLayer(dir: string): Promise<{ root: string; info
   // dpkg's database, so apt in a template build knows what the host userland already has.
   if (dpkg) await execFileP('cp', ['-a', '/var/lib/dpkg', path.join(root, 'var/lib/dpkg')]);
 
+  for (const d of USR_LOCAL) await fs.mkdir(path.join(tmp, 'usr/local', d), { recursive: true, mode: 0o755 });
+  await fs.symlink('share/man', path.join(tmp, 'usr/local/man'));
+  await fs.mkdir(path.join(tmp, 'usr-hide'), { mode: 0o755 });
+  await execFileP('mknod', ['-m', '000', path.join(tmp, 'usr-hide/local'), 'c', '0', '0']);
+
   await fs.writeFile(path.join(tmp, '.complete'), new Date().toISOString());
   try {
     await fs.rename(tmp, final);
@@ -97,7 +111,7 @@ export async function ensureBaseLayer(dir: string): Promise<{ root: string; info
     // Another process made it first: use theirs.
     await fs.rm(tmp, { recursive: true, force: true });
   }
-  return { root: path.join(final, 'root'), info };
+  return layers(final);
 }
 
 /** passwd/group lines of system accounts (ids below 1000) and nobody/nogroup; host people are not copied. */
@@ -112,12 +126,16 @@ function systemEntries(text: string): string {
 }
 
 async function resolvConf(): Promise<string> {
-  const host = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
-  const servers = host
+  const servers = nameservers(await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => ''));
+  return servers.map((s) => `nameserver ${s}`).join('\n') + (servers.length ? '\n' : '');
+}
+
+/** The resolvers of a resolv.conf a sandbox can use (loopback ones are the host's own and unreachable from it). */
+export function nameservers(resolvConf: string): string[] {
+  return resolvConf
     .split('\n')
     .map((l) => l.match(/^\s*nameserver\s+(\S+)/)?.[1])
-    .filter((s): s is string => !!s && !s.startsWith('127.') && s !== '::1');
-  return servers.map((s) => `nameserver ${s}`).join('\n') + (servers.length ? '\n' : '');
+    .filter((s): s is string => !!s && !s.startsWith('127.') && s !== '::1' && (isIPv4(s) || isIPv6(s)));
 }
 
 async function removeUnreadable(dir: string): Promise<void> {

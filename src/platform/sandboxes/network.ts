@@ -3,25 +3,61 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { parseCidr } from '../../config.js';
 
 const execFileP = promisify(execFile);
 
 export const BRIDGE = 'hangar0';
 const CLAIMS = '/run/hangar/net';
 
+/** Where a sandbox or build may never send traffic unless the operator allows it (HANGAR_SANDBOX_NETWORK_ALLOW). */
+export const BLOCKED_V4 = [
+  '0.0.0.0/8', // "this network"
+  '10.0.0.0/8', // RFC 1918
+  '100.64.0.0/10', // carrier-grade NAT, often a provider's internal network
+  '127.0.0.0/8',
+  '169.254.0.0/16', // link-local, cloud metadata services
+  '172.16.0.0/12', // RFC 1918
+  '192.0.0.0/24', // IETF protocol assignments
+  '192.168.0.0/16', // RFC 1918
+  '198.18.0.0/15', // benchmarking
+  '224.0.0.0/4', // multicast
+  '240.0.0.0/4', // reserved, and the limited broadcast 255.255.255.255
+];
+export const BLOCKED_V6 = [
+  '::/128',
+  '::1/128',
+  '::ffff:0:0/96', // IPv4-mapped: the IPv4 rules above in disguise
+  '64:ff9b::/96', // NAT64 to IPv4 (could reach the ranges above)
+  '64:ff9b:1::/48', // local-use NAT64
+  'fc00::/7', // unique local
+  'fe80::/10', // link-local
+  'fec0::/10', // old site-local
+  'ff00::/8', // multicast
+];
+
+export interface NetworkPolicy {
+  /** The sandboxes' DNS resolvers (from the base layer's resolv.conf): reachable on port 53 even when private. */
+  resolvers: readonly string[];
+  /** Operator's allowlist of networks (normalised CIDRs) that are reachable although private. */
+  allow: readonly string[];
+}
+
 /**
  * Networking for containers that ask for it: each gets its own network namespace with a veth pair on the
- * host bridge `hangar0` (10.N.0.1/16), an address of its own and a default route; nftables masquerades
- * their traffic out of the host and drops everything they send to the host itself (any of its addresses:
- * PostgreSQL, Redis and Hangar stay out of reach), to loopback and link-local ranges, and to each other
- * (bridge ports are isolated too). A container without network gets runc's own empty namespace (loopback only).
+ * host bridge `hangar0` (10.N.0.1/16), an address of its own and a default route. nftables (ADR 0010) masquerades
+ * their traffic out of the host, answers nothing they send to the host itself (any of its addresses: PostgreSQL,
+ * Redis and Hangar stay out of reach), keeps them from each other (bridge ports are isolated too), and default-denies
+ * every private, loopback, link-local, reserved and multicast range, IPv4 and IPv6, and the host's own networks
+ * (its LAN): only the configured DNS resolvers (port 53) and the operator's allowlist are let through. Public
+ * addresses stay reachable. Template builds use the same path, so the same rules apply to them.
+ * A container without network gets runc's own empty namespace (loopback only).
  */
 export class SandboxNetwork {
   private constructor(private readonly octet: number) {}
 
   /** Sets up the bridge, forwarding and the nftables table; idempotent. Throws with the reason when the host cannot. */
-  static async setup(octet: number): Promise<SandboxNetwork> {
-    const net = `10.${octet}.0.0/16`;
+  static async setup(octet: number, policy: NetworkPolicy): Promise<SandboxNetwork> {
     const gateway = `10.${octet}.0.1`;
     const link = await execFileP('ip', ['-j', 'link', 'show', BRIDGE]).catch(() => null);
     if (!link) {
@@ -33,28 +69,7 @@ export class SandboxNetwork {
     if (!addr.stdout.includes(`${gateway}/16`)) await execFileP('ip', ['addr', 'add', `${gateway}/16`, 'dev', BRIDGE]).catch(() => undefined);
     await execFileP('ip', ['link', 'set', BRIDGE, 'up']);
     await fs.writeFile('/proc/sys/net/ipv4/ip_forward', '1');
-    const rules = `
-table inet hangar
-delete table inet hangar
-table inet hangar {
-  chain input {
-    type filter hook input priority -10; policy accept;
-    iifname "${BRIDGE}" drop
-  }
-  chain forward {
-    type filter hook forward priority -10; policy accept;
-    iifname "${BRIDGE}" oifname "${BRIDGE}" drop
-    iifname "${BRIDGE}" ip daddr { 127.0.0.0/8, 169.254.0.0/16, ${net} } drop
-    oifname "${BRIDGE}" ct state established,related accept
-    oifname "${BRIDGE}" drop
-  }
-  chain postrouting {
-    type nat hook postrouting priority 100; policy accept;
-    ip saddr ${net} oifname != "${BRIDGE}" masquerade
-  }
-}
-`;
-    await run('nft', ['-f', '-'], rules);
+    await run('nft', ['-f', '-'], firewallRules(octet, { ...policy, lan: await hostNetworks() }));
     await fs.mkdir(CLAIMS, { recursive: true, mode: 0o700 });
     return new SandboxNetwork(octet);
   }
@@ -122,6 +137,75 @@ table inet hangar {
     }
     throw new Error('no free sandbox network address');
   }
+}
+
+/**
+ * The nftables table of one sandbox subnet (one per subnet, so installations with different subnets on one host
+ * keep their own; a packet must pass every table, so the strictest rule of any of them holds). The table of
+ * earlier versions (`inet hangar`, which blocked only loopback, link-local and the sandbox subnet) is removed.
+ */
+export function firewallRules(octet: number, policy: NetworkPolicy & { lan: readonly string[] }): string {
+  const net = `10.${octet}.0.0/16`;
+  const v4 = (list: readonly string[]) => list.filter((c) => !c.includes(':'));
+  const v6 = (list: readonly string[]) => list.filter((c) => c.includes(':'));
+  const set = (name: string, type: string, elements: readonly string[]) =>
+    `  set ${name} {\n    type ${type}; flags interval; auto-merge\n${elements.length ? `    elements = { ${elements.join(', ')} }\n` : ''}  }`;
+  const table = `hangar_${octet}`;
+  return `
+table inet hangar
+delete table inet hangar
+table inet ${table}
+delete table inet ${table}
+table inet ${table} {
+${set('resolvers4', 'ipv4_addr', v4(policy.resolvers))}
+${set('resolvers6', 'ipv6_addr', v6(policy.resolvers))}
+${set('allow4', 'ipv4_addr', v4(policy.allow))}
+${set('allow6', 'ipv6_addr', v6(policy.allow))}
+${set('blocked4', 'ipv4_addr', [...BLOCKED_V4, ...v4(policy.lan)])}
+${set('blocked6', 'ipv6_addr', [...BLOCKED_V6, ...v6(policy.lan)])}
+  chain input {
+    type filter hook input priority -10; policy accept;
+    iifname "${BRIDGE}" ip daddr @resolvers4 meta l4proto { tcp, udp } th dport 53 accept
+    iifname "${BRIDGE}" ip6 daddr @resolvers6 meta l4proto { tcp, udp } th dport 53 accept
+    iifname "${BRIDGE}" drop
+  }
+  chain forward {
+    type filter hook forward priority -10; policy accept;
+    iifname "${BRIDGE}" oifname "${BRIDGE}" drop
+    oifname "${BRIDGE}" ct state established,related accept
+    oifname "${BRIDGE}" drop
+    iifname "${BRIDGE}" ip saddr ${net} jump egress
+    iifname "${BRIDGE}" meta nfproto ipv6 jump egress
+  }
+  chain egress {
+    ip daddr @resolvers4 meta l4proto { tcp, udp } th dport 53 accept
+    ip6 daddr @resolvers6 meta l4proto { tcp, udp } th dport 53 accept
+    ip daddr @allow4 accept
+    ip6 daddr @allow6 accept
+    fib daddr type { local, broadcast, anycast, multicast } drop
+    ip daddr @blocked4 drop
+    ip6 daddr @blocked6 drop
+  }
+  chain postrouting {
+    type nat hook postrouting priority 100; policy accept;
+    ip saddr ${net} oifname != "${BRIDGE}" masquerade
+  }
+}
+`;
+}
+
+/** The networks the host is directly attached to (its LANs), other than the sandbox bridge: not for sandboxes either. */
+async function hostNetworks(): Promise<string[]> {
+  const out: string[] = [];
+  for (const family of ['-4', '-6']) {
+    const { stdout } = await execFileP('ip', ['-j', family, 'route', 'show', 'table', 'main']).catch(() => ({ stdout: '[]' }));
+    for (const r of JSON.parse(stdout || '[]') as { dst?: string; dev?: string; type?: string; gateway?: string }[]) {
+      if (!r.dst || r.dst === 'default' || r.gateway || r.dev === BRIDGE || (r.type && r.type !== 'unicast')) continue;
+      const parsed = parseCidr(r.dst.includes('/') ? r.dst : `${r.dst}/${family === '-4' ? 32 : 128}`);
+      if ('cidr' in parsed && !parsed.cidr.endsWith('/0')) out.push(parsed.cidr);
+    }
+  }
+  return [...new Set(out)];
 }
 
 function hash(id: string): string {

@@ -1,4 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
 import net from 'node:net';
@@ -6,7 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
 import { AgentClient } from './agent-client.js';
-import { ensureBaseLayer } from './base-layer.js';
+import { ensureBaseLayer, nameservers } from './base-layer.js';
 import { SandboxNetwork } from './network.js';
 import type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
 
@@ -19,6 +20,8 @@ export interface RuncOptions {
   installId: string;
   agentBinary: string;
   subnetOctet: number;
+  /** HANGAR_SANDBOX_NETWORK_ALLOW: private networks sandboxes and builds may reach all the same. */
+  networkAllow?: readonly string[];
   log: Logger;
   runc?: string;
 }
@@ -98,10 +101,13 @@ export class RuncRuntime implements SandboxRuntime {
   private readonly installDir: string;
   private readonly stateRoot: string;
   private readonly runc: string;
+  /** The agent binary containers bind in: a copy under /run/hangar/agent (see stageAgent). */
+  private agentPath: string;
 
   private constructor(
     private readonly opts: RuncOptions,
     private readonly baseRoot: string,
+    private readonly baseUsr: string[],
     readonly base: BaseInfo,
     private readonly network: SandboxNetwork | null,
     readonly networkReason: string | null,
@@ -109,6 +115,7 @@ export class RuncRuntime implements SandboxRuntime {
     this.installDir = path.join(opts.dir, opts.installId);
     this.stateRoot = path.join('/run/hangar/runc', opts.installId);
     this.runc = opts.runc ?? 'runc';
+    this.agentPath = opts.agentBinary;
   }
 
   static async create(opts: RuncOptions): Promise<RuncRuntime> {
@@ -133,16 +140,19 @@ export class RuncRuntime implements SandboxRuntime {
     await fs.mkdir(path.join(opts.dir, opts.installId, 'containers'), { recursive: true, mode: 0o700 });
     await fs.mkdir(path.join(opts.dir, opts.installId, 'layers'), { recursive: true, mode: 0o700 });
     await fs.chmod(opts.dir, 0o711).catch(() => undefined);
-    const { root, info } = await ensureBaseLayer(opts.dir);
+    const { root, usr, info } = await ensureBaseLayer(opts.dir);
     let network: SandboxNetwork | null = null;
     let networkReason: string | null = null;
     try {
-      network = await SandboxNetwork.setup(opts.subnetOctet);
+      const resolvers = nameservers(await fs.readFile(path.join(root, 'etc/resolv.conf'), 'utf8').catch(() => ''));
+      network = await SandboxNetwork.setup(opts.subnetOctet, { resolvers, allow: opts.networkAllow ?? [] });
     } catch (err) {
       networkReason = `sandbox networking could not be set up on this host: ${(err as Error).message}`;
       opts.log.warn({ err }, networkReason);
     }
-    return new RuncRuntime(opts, root, info, network, networkReason);
+    const runtime = new RuncRuntime(opts, root, usr, info, network, networkReason);
+    runtime.agentPath = await stageAgent(opts.agentBinary);
+    return runtime;
   }
 
   private dirOf(id: string): string {
@@ -360,13 +370,11 @@ export class RuncRuntime implements SandboxRuntime {
 
   private async mountLayers(spec: ContainerSpec, rootfs: string, upper: Layer, dir: string): Promise<void> {
     if (!(await isMountPoint(rootfs))) {
-      const lower = [...spec.layers.map((l) => l.root), this.baseRoot].join(':');
-      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.root},workdir=${path.join(dir, 'upper/work/root')}`, rootfs]);
+      await overlay(path.join(dir, 'ovl/root'), [...spec.layers.map((l) => l.root), this.baseRoot], upper.root, path.join(dir, 'upper/work/root'), rootfs);
     }
     const usr = path.join(rootfs, 'usr');
     if (!(await isMountPoint(usr))) {
-      const lower = [...spec.layers.map((l) => l.usr), '/usr'].join(':');
-      await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${upper.usr},workdir=${path.join(dir, 'upper/work/usr')}`, usr]);
+      await overlay(path.join(dir, 'ovl/usr'), [...spec.layers.map((l) => l.usr), ...this.baseUsr, '/usr'], upper.usr, path.join(dir, 'upper/work/usr'), usr);
     }
   }
 
@@ -404,7 +412,7 @@ export class RuncRuntime implements SandboxRuntime {
         { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
         { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
         { destination: '/run', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777', 'size=65536k'] },
-        { destination: '/.hangar/agent', type: 'bind', source: this.opts.agentBinary, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+        { destination: '/.hangar/agent', type: 'bind', source: this.agentPath, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       ],
       linux: {
         namespaces: [
@@ -464,6 +472,37 @@ async function lastRuncError(file: string): Promise<string> {
     }
   }
   return '';
+}
+
+/**
+ * Mounts an overlay whose options name no host path: the kernel shows lowerdir/upperdir/workdir in mountinfo (also
+ * to the container) exactly as given, so each layer is given as a relative name (`0`, `1`, ..., `upper`, `work`)
+ * of a symlink in `links`, resolved against mount's working directory when mounting.
+ */
+async function overlay(links: string, lower: string[], upper: string, work: string, target: string): Promise<void> {
+  await fs.rm(links, { recursive: true, force: true });
+  await fs.mkdir(links, { recursive: true, mode: 0o700 });
+  const names = lower.map((_, i) => String(i));
+  for (const [i, layer] of lower.entries()) await fs.symlink(layer, path.join(links, names[i]!));
+  await fs.symlink(upper, path.join(links, 'upper'));
+  await fs.symlink(work, path.join(links, 'work'));
+  await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${names.join(':')},upperdir=upper,workdir=work`, target], { cwd: links });
+}
+
+/**
+ * A copy of the agent binary at `/run/hangar/agent/<content hash>`: a bind mount shows its source's path in the
+ * container's mountinfo, and this one names neither the checkout nor the installation.
+ */
+async function stageAgent(binary: string): Promise<string> {
+  const data = await fs.readFile(binary);
+  const dir = '/run/hangar/agent';
+  const target = path.join(dir, createHash('sha256').update(data).digest('hex').slice(0, 16));
+  if (await exists(target)) return target;
+  await fs.mkdir(dir, { recursive: true, mode: 0o711 });
+  const tmp = `${target}.${process.pid}.tmp`;
+  await fs.writeFile(tmp, data, { mode: 0o755 });
+  await fs.rename(tmp, target);
+  return target;
 }
 
 async function isMountPoint(p: string): Promise<boolean> {
