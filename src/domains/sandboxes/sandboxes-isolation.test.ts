@@ -18,7 +18,8 @@ import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '.
 let h: Harness;
 let admin: Actor;
 beforeAll(async () => {
-  h = await createHarness();
+  // The suite keeps many sandboxes alive at once; the running limit itself is tested in sandboxes.test.ts.
+  h = await createHarness({ HANGAR_SANDBOX_MAX_RUNNING: '50' });
   admin = await createOrgAdmin(h);
 });
 afterAll(() => h?.close());
