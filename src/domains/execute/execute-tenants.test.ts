@@ -1,0 +1,68 @@
+import { readdirSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createIsolation } from '../../platform/isolation/index.js';
+import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+
+/**
+ * What one organization can do to the others through `POST /v1/execute` (issue #10): a program that breaks
+ * its compile step fails only its own execution, a burst from one organization queues behind its own work,
+ * and a run sees nothing of the host beyond the toolchains.
+ */
+
+const isolation = await createIsolation();
+
+describe.skipIf(!isolation.available)('execute: one organization cannot hurt the others', () => {
+  let h: Harness;
+  let a: Actor;
+  let b: Actor;
+  beforeAll(async () => {
+    // A small pool, as on a 2-core host: two executions at once, the default queue (4 x 2).
+    h = await createHarness({ HANGAR_EXECUTE_CONCURRENCY: '2' });
+    a = await createOrgAdmin(h);
+    b = await createOrgAdmin(h);
+  });
+  afterAll(() => h?.close());
+
+  const post = (actor: Actor, payload: Record<string, unknown>) =>
+    h.app.inject({ method: 'POST', url: '/v1/execute', headers: actor.headers, payload });
+  const execute = async (actor: Actor, payload: Record<string, unknown>) => {
+    const res = await post(actor, payload);
+    expect(res.statusCode, res.body).toBe(200);
+    return json(res);
+  };
+
+  it('a run sees an empty /usr/local, not the host’s', async () => {
+    // Control: the host's /usr/local has entries (this check means something only where it does).
+    const host = readdirSync('/usr/local');
+    const body = await execute(a, {
+      language: 'python',
+      code: 'import os\nfor d in ("/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/etc"):\n    print(d, sorted(os.listdir(d)) if os.path.isdir(d) else None)',
+    });
+    const lines = body.run.stdout.trim().split('\n');
+    expect(lines[0]).toBe('/usr/local []');
+    expect(lines.slice(1)).toEqual(['/usr/local/bin None', '/usr/local/lib None', '/usr/local/etc None']);
+    expect(host.length).toBeGreaterThan(0);
+    // Writing there fails too (read-only).
+    const write = await execute(a, { language: 'python', code: 'try:\n    open("/usr/local/x", "w")\n    print("wrote")\nexcept OSError as e:\n    print("refused")' });
+    expect(write.run.stdout).toBe('refused\n');
+  });
+
+  it('/proc/self/mountinfo names no host path: a bound host path appears at its own path, everything else is a fresh file system', async () => {
+    const body = await execute(a, { language: 'bash', code: 'cat /proc/self/mountinfo' });
+    const lines: string[] = body.run.stdout.trim().split('\n');
+    expect(lines.length).toBeGreaterThan(5);
+    const revealing = lines.filter((line) => {
+      // id parent dev root mountpoint options [optional...] - fstype source superoptions
+      const [before, after] = line.split(' - ');
+      const [, , , root, at] = before!.split(' ');
+      const fstype = after!.split(' ')[0];
+      if (fstype === 'tmpfs') return root !== '/' && !(root === '/newroot' && at === '/'); // bwrap's own root
+      if (fstype === 'devtmpfs') return root !== `/${at!.split('/').pop()}`; // /dev/null is devtmpfs's /null
+      if (fstype === 'proc' || fstype === 'devpts') return root !== '/';
+      return root !== at; // a bind of the host's disk: only where the same path is seen inside
+    });
+    expect(revealing).toEqual([]);
+    expect(body.run.stdout).not.toContain(h.dataDir);
+    expect(body.run.stdout).not.toContain('/var/lib/hangar');
+  });
+});
