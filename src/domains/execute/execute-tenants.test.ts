@@ -2,6 +2,8 @@ import { readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIsolation } from '../../platform/isolation/index.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { detectInstalled } from './service.js';
+import { findLanguage } from './languages.js';
 
 /**
  * What one organization can do to the others through `POST /v1/execute` (issue #10): a program that breaks
@@ -10,6 +12,8 @@ import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '.
  */
 
 const isolation = await createIsolation();
+const installed = await detectInstalled();
+const hasTypeScript = (installed.get(findLanguage('typescript')!) ?? []).length > 0;
 
 describe.skipIf(!isolation.available)('execute: one organization cannot hurt the others', () => {
   let h: Harness;
@@ -30,6 +34,23 @@ describe.skipIf(!isolation.available)('execute: one organization cannot hurt the
     expect(res.statusCode, res.body).toBe(200);
     return json(res);
   };
+
+  it.skipIf(!hasTypeScript)('deeply nested TypeScript fails its own compile step; TypeScript keeps working for everyone', async () => {
+    const ok = 'const n: number = 21;\nconsole.log(n * 2);';
+    // Control: TypeScript works before the attack.
+    expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });
+
+    const attack = await execute(a, { language: 'ts', code: `let x = ${'('.repeat(400_000)}1${')'.repeat(400_000)}` });
+    expect(attack.compile.status === 'exited' && attack.compile.code === 0).toBe(false);
+    expect(`${attack.compile.stderr}${attack.compile.message ?? ''}`).toMatch(/stack overflow|memory limit|Maximum call stack|error/i);
+    expect(attack.run).toMatchObject({ status: 'skipped', code: null });
+
+    // The same organization and another one still compile and run TypeScript.
+    expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });
+    const other = await execute(b, { language: 'typescript', code: ok });
+    expect(other.compile).toMatchObject({ status: 'exited', code: 0 });
+    expect(other.run).toMatchObject({ stdout: '42\n', code: 0 });
+  }, 60_000);
 
   it('a run sees an empty /usr/local, not the host’s', async () => {
     // Control: the host's /usr/local has entries (this check means something only where it does).

@@ -2,11 +2,14 @@
  * The languages `POST /v1/execute` knows: names and aliases, how to find installed versions on this host
  * (each candidate toolchain's own version command, run once at start-up), and how to compile and run a
  * program inside the sandbox, where the work directory is `/box`. Toolchains are named by absolute paths
- * under /usr, the tree the sandbox mounts read-only, never through the server's PATH.
+ * under /usr, the tree the sandbox mounts read-only, never through the server's PATH; the few tools that
+ * come with Hangar itself (esbuild for TypeScript) are installed into the sandbox's tools dir, /.hangar.
  */
 import { execFile } from 'node:child_process';
-import { readdirSync, realpathSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import semver from 'semver';
 
 /** The sandbox's view of the work directory. */
@@ -45,6 +48,15 @@ export interface Plan {
   files: SourceFile[];
   compile?: Step;
   run: Step;
+  /** Run this instead when the compile step produced `file` in /box (no request file has that name). */
+  runIfProduced?: { file: string; run: Step };
+}
+
+/** A host file a language's steps need inside the sandbox, installed read-only as `/.hangar/<name>`. */
+export interface SandboxTool {
+  name: string;
+  hostPath: string;
+  mode: number;
 }
 
 export interface Language {
@@ -60,6 +72,8 @@ export interface Language {
   compiled: boolean;
   /** Installed toolchains on this host, newest first. */
   detect(): Promise<Toolchain[]>;
+  /** Files of Hangar's own the steps run in the sandbox (installed at start-up; without them the language is not offered). */
+  tools?(): SandboxTool[];
   /** Throws an AppError-ready message (as a PlanError) when the files cannot make a program. */
   plan(tc: Toolchain, input: PlanInput): Plan;
 }
@@ -208,9 +222,53 @@ const javascript: Language = {
   plan: (tc, { files, args, runMemoryBytes }) => ({ files, run: nodeRun(tc, files[0]!.name, args, runMemoryBytes) }),
 };
 
+/** Where the sandbox sees Hangar's tools dir (src/platform/isolation, native/common.h). */
+const TOOLS = '/.hangar';
+const TS_OUT_EXT: Record<string, string> = { '.ts': '.js', '.tsx': '.js', '.mts': '.mjs', '.cts': '.cjs' };
+
+/** esbuild's JS API and the native binary it drives, on the host; null when esbuild is not installed. */
+export function esbuildFiles(): { api: string; binary: string } | null {
+  try {
+    const require = createRequire(import.meta.url);
+    const api = require.resolve('esbuild');
+    const fromApi = createRequire(api);
+    for (const candidate of [`@esbuild/${process.platform}-${process.arch}/bin/esbuild`, 'esbuild/bin/esbuild']) {
+      let binary: string;
+      try {
+        binary = fromApi.resolve(candidate);
+      } catch {
+        continue;
+      }
+      // The native executable (a static Go binary), not the JS shim some installs leave at esbuild/bin.
+      if (readFileSync(binary).subarray(0, 4).equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return { api, binary };
+    }
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+/** What each file transpiles to, before top-level await may turn one into `.mjs`; a clash is a 400. */
+function typescriptOutputs(files: SourceFile[]): (string | null)[] {
+  const names = new Set(files.map((f) => f.name));
+  const outs = new Set<string>();
+  return files.map((f, i) => {
+    const e = ext(f.name);
+    const outExt = TS_OUT_EXT[e];
+    if (!outExt && i > 0) return null;
+    const out = `${outExt ? f.name.slice(0, -e.length) : f.name}${outExt ?? '.js'}`;
+    if (out !== f.name && (names.has(out) || outs.has(out))) {
+      throw new PlanError(`body.files.${i}.name`, `${f.name} transpiles to ${out}, which another file already uses`);
+    }
+    outs.add(out);
+    return out;
+  });
+}
+
 /**
- * TypeScript is transpiled on the host (esbuild, in-process; no user code runs) before the sandbox runs
- * the JavaScript with Node; see transpile.ts. The plan sees the transpiled files.
+ * TypeScript's compile step runs in the sandbox like any other (its limits, its own failure): Node runs
+ * ts-compile.cjs, which has esbuild strip the types of each file beside it; Node then runs the entry's
+ * JavaScript. The entry becomes `.mjs` instead of `.js` when it uses top-level await.
  */
 const typescript: Language = {
   name: 'typescript',
@@ -219,8 +277,30 @@ const typescript: Language = {
   defaultEntry: 'main.ts',
   runtime: 'node',
   compiled: true,
-  detect: nodeVersions,
-  plan: (tc, { files, args, runMemoryBytes }) => ({ files, run: nodeRun(tc, files[0]!.name, args, runMemoryBytes) }),
+  detect: async () => (esbuildFiles() ? nodeVersions() : []),
+  tools: () => {
+    const esbuild = esbuildFiles();
+    if (!esbuild) return [];
+    return [
+      { name: 'esbuild', hostPath: esbuild.binary, mode: 0o755 },
+      { name: 'esbuild.js', hostPath: esbuild.api, mode: 0o644 },
+      { name: 'ts-compile.cjs', hostPath: fileURLToPath(new URL('./ts-compile.cjs', import.meta.url)), mode: 0o644 },
+    ];
+  },
+  plan: (tc, { files, args, runMemoryBytes }) => {
+    const entry = typescriptOutputs(files)[0]!;
+    const esm = `${entry.slice(0, -ext(entry).length)}.mjs`;
+    return {
+      files,
+      compile: {
+        argv: [tc.tools.node!, `${TOOLS}/ts-compile.cjs`, ...files.map((f) => f.name)],
+        // esbuild's Go runtime: two threads of work at most (the sandbox's process limit counts threads).
+        env: { ...COMPILE_ENV, ESBUILD_BINARY_PATH: `${TOOLS}/esbuild`, GOMAXPROCS: '2' },
+      },
+      run: nodeRun(tc, entry, args, runMemoryBytes),
+      runIfProduced: ext(entry) === '.mjs' || files.some((f) => f.name === esm) ? undefined : { file: esm, run: nodeRun(tc, esm, args, runMemoryBytes) },
+    };
+  },
 };
 
 const bash: Language = {
