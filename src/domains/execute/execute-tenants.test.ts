@@ -52,6 +52,33 @@ describe.skipIf(!isolation.available)('execute: one organization cannot hurt the
     expect(other.run).toMatchObject({ stdout: '42\n', code: 0 });
   }, 60_000);
 
+  it('a burst of one organization queues behind its own work; another organization’s request runs at once', async () => {
+    const started = Date.now();
+    const sleeper = { language: 'python', code: 'import time\ntime.sleep(4)\nprint("a")', run_timeout: 10_000 };
+    const burst = Array.from({ length: 12 }, () => post(a, sleeper).then((res) => ({ res, at: Date.now() - started })));
+    // Let every request of the burst be admitted or refused before the other organization asks.
+    await new Promise((r) => setTimeout(r, 1000));
+    const other = await post(b, { language: 'python', code: 'print("b")' });
+    const otherAt = Date.now() - started;
+    expect(other.statusCode, other.body).toBe(200);
+    expect(json(other).run).toMatchObject({ stdout: 'b\n', code: 0 });
+
+    const results = await Promise.all(burst);
+    const done = results.filter((r) => r.res.statusCode === 200);
+    const refused = results.filter((r) => r.res.statusCode === 429);
+    expect(done.length + refused.length).toBe(12);
+    // The organization over its own queue limit is told to come back, as before.
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) {
+      expect(r.res.headers['retry-after']).toBe('1');
+      expect(json(r.res).error.code).toBe('rate_limited');
+    }
+    for (const r of done) expect(json(r.res).run).toMatchObject({ stdout: 'a\n', code: 0 });
+    // B finished while most of A's burst was still waiting its turn.
+    const last = Math.max(...done.map((r) => r.at));
+    expect(otherAt).toBeLessThan(last - 4000);
+  }, 120_000);
+
   it('a run sees an empty /usr/local, not the host’s', async () => {
     // Control: the host's /usr/local has entries (this check means something only where it does).
     const host = readdirSync('/usr/local');

@@ -2,7 +2,7 @@ import { chown, lstat, mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import semver from 'semver';
 import { ConfigError, type ExecuteConfig } from '../../config.js';
-import { withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { prefixedId } from '../../platform/ids.js';
 import type { Isolation, Limits, RunResult, WorkDir } from '../../platform/isolation/types.js';
@@ -81,7 +81,7 @@ export async function createExecutor(deps: Pick<Deps, 'config' | 'isolation' | '
     }
   }
   const workDirs = new WorkDirs(deps.isolation, config.concurrency, deps.log);
-  const pool = new Pool(config.concurrency, config.queue);
+  const pool = new Pool({ concurrency: config.concurrency, queue: config.queue, orgConcurrency: config.orgConcurrency, orgQueue: config.orgQueue });
   return { isolation: deps.isolation, config, pool, installed, workDirs, close: () => workDirs.close() };
 }
 
@@ -338,7 +338,7 @@ export async function executeCode(
     const reason = executor.isolation.unavailableReason ?? 'no sandbox';
     throw new AppError('service_unavailable', `code execution is unavailable on this server: ${reason}`);
   }
-  const ticket = executor.pool.enter(signal);
+  const ticket = executor.pool.enter(orgId(ctx), signal);
   ticket.catch(() => undefined); // awaited below; this keeps an early rejection from counting as unhandled
   const id = prefixedId('cex');
   const subject = `${lang.name} ${tc.version}`;
