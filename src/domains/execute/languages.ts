@@ -9,7 +9,6 @@ import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import semver from 'semver';
 
 /** The sandbox's view of the work directory. */
@@ -48,6 +47,8 @@ export interface Plan {
   files: SourceFile[];
   compile?: Step;
   run: Step;
+  /** Rewrites the compile step's stderr for the response (e.g. a tool's terminal format as compiler lines). */
+  compileStderr?: (stderr: string) => string;
   /** Run this instead when the compile step produced `file` in /box (no request file has that name). */
   runIfProduced?: { file: string; run: Step };
 }
@@ -226,12 +227,10 @@ const javascript: Language = {
 const TOOLS = '/.hangar';
 const TS_OUT_EXT: Record<string, string> = { '.ts': '.js', '.tsx': '.js', '.mts': '.mjs', '.cts': '.cjs' };
 
-/** esbuild's JS API and the native binary it drives, on the host; null when esbuild is not installed. */
-export function esbuildFiles(): { api: string; binary: string } | null {
+/** esbuild's native binary (a static Go executable) on the host; null when esbuild is not installed. */
+export function esbuildBinary(): string | null {
   try {
-    const require = createRequire(import.meta.url);
-    const api = require.resolve('esbuild');
-    const fromApi = createRequire(api);
+    const fromApi = createRequire(createRequire(import.meta.url).resolve('esbuild'));
     for (const candidate of [`@esbuild/${process.platform}-${process.arch}/bin/esbuild`, 'esbuild/bin/esbuild']) {
       let binary: string;
       try {
@@ -239,8 +238,8 @@ export function esbuildFiles(): { api: string; binary: string } | null {
       } catch {
         continue;
       }
-      // The native executable (a static Go binary), not the JS shim some installs leave at esbuild/bin.
-      if (readFileSync(binary).subarray(0, 4).equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return { api, binary };
+      // The native executable, not the JS shim some installs leave at esbuild/bin.
+      if (readFileSync(binary).subarray(0, 4).equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return binary;
     }
     return null;
   } catch {
@@ -248,7 +247,7 @@ export function esbuildFiles(): { api: string; binary: string } | null {
   }
 }
 
-/** What each file transpiles to, before top-level await may turn one into `.mjs`; a clash is a 400. */
+/** What each file transpiles to (null: passes through), before top-level await may make one `.mjs`; a clash is a 400. */
 function typescriptOutputs(files: SourceFile[]): (string | null)[] {
   const names = new Set(files.map((f) => f.name));
   const outs = new Set<string>();
@@ -266,9 +265,82 @@ function typescriptOutputs(files: SourceFile[]): (string | null)[] {
 }
 
 /**
- * TypeScript's compile step runs in the sandbox like any other (its limits, its own failure): Node runs
- * ts-compile.cjs, which has esbuild strip the types of each file beside it; Node then runs the entry's
- * JavaScript. The entry becomes `.mjs` instead of `.js` when it uses top-level await.
+ * The compile step's script, run by /bin/sh in /box with triples SOURCE LOADER OUTPUT: esbuild strips the
+ * types of each SOURCE into OUTPUT (CommonJS, or ESM for `.mjs`); a file that fails only because of
+ * top-level await is made an ES module instead (OUTPUT with `.mjs`), unless that name is taken. esbuild's
+ * messages go to stderr (reformatted by formatEsbuildLog); any failure exits 1.
+ */
+const TS_COMPILE_SCRIPT = `
+rc=0
+while [ $# -ge 3 ]; do
+  src=$1; loader=$2; out=$3; shift 3
+  fmt=cjs; case "$out" in *.mjs) fmt=esm ;; esac
+  if ! ${TOOLS}/esbuild --loader=$loader --format=$fmt --platform=node --target=node20 --log-level=warning --color=false --sourcefile="$src" < "$src" > "$out" 2> /tmp/esbuild.log; then
+    rm -f "$out"
+    if [ $fmt = cjs ] && grep -qF '[ERROR] Top-level await is currently not supported' /tmp/esbuild.log && ! grep -F '[ERROR]' /tmp/esbuild.log | grep -vqF 'Top-level await is currently not supported'; then
+      mjs="\${out%.*}.mjs"
+      if [ -e "$mjs" ]; then
+        echo "$src: error: transpiles to $mjs, which another file already uses" >&2; rc=1; continue
+      fi
+      ${TOOLS}/esbuild --loader=$loader --format=esm --platform=node --target=node20 --log-level=warning --color=false --sourcefile="$src" < "$src" > "$mjs" 2> /tmp/esbuild.log || { rm -f "$mjs"; rc=1; }
+    else
+      rc=1
+    fi
+  fi
+  cat /tmp/esbuild.log >&2
+done
+exit $rc
+`;
+
+const ESBUILD_MESSAGE = /^(?:✘ \[(ERROR)\]|▲ \[(WARNING)\]) (.*?)(?: \[[a-z0-9-]+\])?$/;
+const ESBUILD_LOCATION = /^ {4}(.+):(\d+):(\d+):$/;
+const ESBUILD_SOURCE = /^ +\d+ │ (.*)$/;
+const ESBUILD_MARKER = /^ +╵ /;
+
+/**
+ * esbuild's terminal messages as compiler lines (`main.ts:1:19: error: Unexpected ";"`, the source line and
+ * a caret; columns from 1), as TypeScript's compile step has always reported them. Notes and anything
+ * else (a crash of esbuild itself) pass through.
+ */
+export function formatEsbuildLog(log: string): string {
+  const lines = log.split('\n');
+  const out: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const m = ESBUILD_MESSAGE.exec(lines[i]!);
+    if (!m) {
+      if (lines[i] !== '' || (out.length > 0 && out.at(-1) !== '')) out.push(lines[i]!);
+      continue;
+    }
+    const kind = m[1] ? 'error' : 'warning';
+    let j = i + 1;
+    while (lines[j] === '') j++;
+    const at = ESBUILD_LOCATION.exec(lines[j] ?? '');
+    if (!at) {
+      out.push(`${kind}: ${m[3]}`);
+      continue;
+    }
+    const [, file, line, col] = at;
+    out.push(`${file}:${line}:${Number(col) + 1}: ${kind}: ${m[3]}`);
+    i = j;
+    const source = ESBUILD_SOURCE.exec(lines[i + 1] ?? '');
+    const marker = lines[i + 2] ?? '';
+    if (source && ESBUILD_MARKER.test(marker)) {
+      const start = marker.indexOf('╵') + 2;
+      const caret = marker.slice(start).search(/[~^]/);
+      out.push(`    ${source[1]}`, `    ${' '.repeat(Math.max(0, caret))}^`);
+      i += 2;
+    }
+    // Skip the blank line and the indented notes that follow; the next message or other text starts at column 0.
+    while (i + 1 < lines.length && (lines[i + 1] === '' || lines[i + 1]!.startsWith('  '))) i++;
+  }
+  const text = out.join('\n').replace(/\n+$/, '');
+  return text ? `${text}\n` : '';
+}
+
+/**
+ * TypeScript's compile step runs in the sandbox like any other (its limits, its own failure): the esbuild
+ * binary, installed read-only in the tools dir, strips the types of each file into JavaScript beside it
+ * (TS_COMPILE_SCRIPT); Node then runs the entry's JavaScript, its `.mjs` when top-level await made it one.
  */
 const typescript: Language = {
   name: 'typescript',
@@ -277,26 +349,24 @@ const typescript: Language = {
   defaultEntry: 'main.ts',
   runtime: 'node',
   compiled: true,
-  detect: async () => (esbuildFiles() ? nodeVersions() : []),
+  detect: async () => (esbuildBinary() ? nodeVersions() : []),
   tools: () => {
-    const esbuild = esbuildFiles();
-    if (!esbuild) return [];
-    return [
-      { name: 'esbuild', hostPath: esbuild.binary, mode: 0o755 },
-      { name: 'esbuild.js', hostPath: esbuild.api, mode: 0o644 },
-      { name: 'ts-compile.cjs', hostPath: fileURLToPath(new URL('./ts-compile.cjs', import.meta.url)), mode: 0o644 },
-    ];
+    const binary = esbuildBinary();
+    return binary ? [{ name: 'esbuild', hostPath: binary, mode: 0o755 }] : [];
   },
   plan: (tc, { files, args, runMemoryBytes }) => {
-    const entry = typescriptOutputs(files)[0]!;
+    const outputs = typescriptOutputs(files);
+    const entry = outputs[0]!;
     const esm = `${entry.slice(0, -ext(entry).length)}.mjs`;
+    const triples = files.flatMap((f, i) => (outputs[i] ? [f.name, ext(f.name) === '.tsx' ? 'tsx' : 'ts', outputs[i]!] : []));
     return {
       files,
       compile: {
-        argv: [tc.tools.node!, `${TOOLS}/ts-compile.cjs`, ...files.map((f) => f.name)],
+        argv: ['/bin/sh', '-c', TS_COMPILE_SCRIPT, 'ts-compile', ...triples],
         // esbuild's Go runtime: two threads of work at most (the sandbox's process limit counts threads).
-        env: { ...COMPILE_ENV, ESBUILD_BINARY_PATH: `${TOOLS}/esbuild`, GOMAXPROCS: '2' },
+        env: { ...COMPILE_ENV, GOMAXPROCS: '2' },
       },
+      compileStderr: formatEsbuildLog,
       run: nodeRun(tc, entry, args, runMemoryBytes),
       runIfProduced: ext(entry) === '.mjs' || files.some((f) => f.name === esm) ? undefined : { file: esm, run: nodeRun(tc, esm, args, runMemoryBytes) },
     };

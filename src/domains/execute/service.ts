@@ -307,7 +307,8 @@ async function runPlan(executor: Executor, prepared: Prepared, body: ExecuteBody
       if (r.status === 'error') throw new SandboxError(r.message ?? 'the sandbox could not start');
       return toStage(r, config.outputLimitBytes);
     };
-    const compile = plan.compile && (await step(plan.compile, limitsFor(config, body.compile_timeout, prepared.compileMemoryBytes)));
+    let compile = plan.compile && (await step(plan.compile, limitsFor(config, body.compile_timeout, prepared.compileMemoryBytes)));
+    if (compile && plan.compileStderr) compile = { ...compile, stderr: plan.compileStderr(compile.stderr) };
     if (compile && !succeeded(compile)) return { compile, run: SKIPPED };
     let runStep = plan.run;
     if (plan.runIfProduced) {
