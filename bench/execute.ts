@@ -1,14 +1,17 @@
 /**
  * `execute`: `POST /v1/execute` against a bare spawn of the same toolchain, in one run on one machine.
- * Two programs: `print("OK")` in Python, and hello world in C (the bare baseline compiles with the same gcc
- * flags, then runs the binary). For each: median latency of sequential executions (ABBA-interleaved), the
+ * Three programs: `print("OK")` in Python, hello world in C (the bare baseline compiles with the same gcc
+ * flags, then runs the binary), and `console.log` in TypeScript (the bare baseline transpiles with the esbuild
+ * binary, then runs Node). For each: median latency of sequential executions (ABBA-interleaved), the
  * overhead in ms and the ratio; then executions per second at concurrency 2, against bare spawns at
- * concurrency 2.
+ * concurrency 2. The bench is one organization: the server lets it use the whole pool
+ * (HANGAR_EXECUTE_ORG_CONCURRENCY = --concurrency), so this measures the sandbox, not the fair share.
  *
  * Options: --iterations=N (sequential executions per target and program, default 40), --duration=S (seconds
- * of each throughput measurement, default 6), --concurrency=N (2), --only=python|c.
+ * of each throughput measurement, default 6), --concurrency=N (2), --only=python|c|typescript.
  */
 import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
@@ -18,7 +21,7 @@ import { startServer, type ServerChild } from './lib/child.js';
 import { table } from './lib/load.js';
 import type { HangarInfo } from './servers/hangar.js';
 
-export const description = 'POST /v1/execute (python print, C hello world) vs a bare spawn of the same toolchain: latency and throughput';
+export const description = 'POST /v1/execute (python print, C hello world, TypeScript console.log) vs a bare spawn of the same toolchain: latency and throughput';
 
 const OVERHEAD_AIM_MS = 10;
 const THROUGHPUT_AIM = 0.7;
@@ -47,6 +50,15 @@ function spawnCollect(argv: string[], cwd: string, env: Record<string, string>):
 
 const ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' };
 const C_HELLO = '#include <stdio.h>\nint main(void) { printf("Hello, World!\\n"); return 0; }\n';
+const TS_HELLO = 'const msg: string = "OK";\nconsole.log(msg);\n';
+const ESBUILD = (() => {
+  try {
+    const require = createRequire(import.meta.url);
+    return createRequire(require.resolve('esbuild')).resolve(`@esbuild/${process.platform}-${process.arch}/bin/esbuild`);
+  } catch {
+    return 'esbuild';
+  }
+})();
 
 const CASES: Case[] = [
   {
@@ -64,6 +76,16 @@ const CASES: Case[] = [
     bare: async (dir) => {
       await spawnCollect(['/usr/bin/gcc', '-std=gnu17', '-O2', '-o', path.join(dir, 'main'), path.join(dir, 'main.c'), '-lm'], dir, ENV);
       return spawnCollect([path.join(dir, 'main')], dir, ENV);
+    },
+  },
+  {
+    name: 'typescript',
+    request: { language: 'typescript', code: TS_HELLO },
+    expected: 'OK\n',
+    setup: (dir) => writeFileSync(path.join(dir, 'main.ts'), TS_HELLO),
+    bare: async (dir) => {
+      await spawnCollect([ESBUILD, path.join(dir, 'main.ts'), '--format=cjs', '--platform=node', '--target=node20', `--outfile=${path.join(dir, 'main.js')}`, '--log-level=warning'], dir, ENV);
+      return spawnCollect(['/usr/bin/node', path.join(dir, 'main.js')], dir, ENV);
     },
   },
 ];
@@ -150,6 +172,7 @@ export async function run(argv: string[]): Promise<string> {
   const dirs: string[] = [];
   let hangar: ServerChild<HangarInfo> | undefined;
   try {
+    process.env.HANGAR_EXECUTE_ORG_CONCURRENCY ??= String(workers);
     process.stdout.write('starting Hangar... ');
     hangar = await startServer<HangarInfo>('hangar', 'hangar.ts', { options: {} });
     console.log(`listening on ${hangar.url}`);

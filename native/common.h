@@ -16,7 +16,8 @@
 #define HANGAR_REPORT_MAGIC "hangar-reaper"
 #define HANGAR_REPORT_VERSION 1
 
-/* Where the reaper is bind-mounted (read-only) inside the sandbox. */
+/* Where the tools dir is bind-mounted (read-only) inside the sandbox, and the reaper in it. */
+#define HANGAR_TOOLS_PATH "/.hangar"
 #define HANGAR_REAPER_PATH "/.hangar/init"
 
 #endif

@@ -4,6 +4,7 @@
  *   hangar-launcher run [OPTIONS] -- PROGRAM [ARGS...]
  *   hangar-launcher workdir-create PATH UID GID BYTES
  *   hangar-launcher workdir-remove PATH
+ *   hangar-launcher tools-mount PATH
  *   hangar-launcher sweep [--cgroup-root DIR] [--cgroup-parent NAME]
  *
  * `run` (see usage() for the options), in order:
@@ -13,8 +14,9 @@
  *      backstop), drops to the unprivileged sandbox uid (setgroups(0) + setresgid + setresuid: bwrap started
  *      as root would keep root's capabilities and could write host files), asks for SIGKILL if the launcher
  *      dies, and execs bwrap with --unshare-all (net included: only a loopback inside), --die-with-parent,
- *      --new-session, read-only toolchains, a generated minimal /etc, /proc, a minimal /dev, a tmpfs /tmp,
- *      the work dir read-write at /box, and a read-only root;
+ *      --new-session, read-only toolchains (with an empty /usr/local), a generated minimal /etc, /proc, a
+ *      minimal /dev, a tmpfs /tmp, the work dir read-write at /box, the tools dir (the reaper and the
+ *      sandboxed tools) read-only at /.hangar, and a read-only root;
  *   3. inside, hangar-reaper (pid 1) runs PROGRAM and reports its exact status and peak RSS on a pipe;
  *   4. the launcher enforces the wall-clock limit and the CPU-time limit of the whole tree (cpuacct), kills
  *      the whole cgroup race-free through the freezer (freeze, SIGKILL all, thaw, until empty) on timeout,
@@ -28,7 +30,9 @@
  * always finish. Diagnostics go only to the JSON report, never to the program's stdout/stderr.
  *
  * `workdir-create` mounts a size-limited tmpfs owned by the sandbox uid (mode 0700) on a fresh directory
- * under a root-owned parent; `workdir-remove` detaches and removes it. `sweep` removes per-run cgroups whose
+ * under a root-owned parent; `workdir-remove` detaches and removes it. `tools-mount` mounts the tools dir's
+ * tmpfs once per boot (root-owned, 0755; the host installs the reaper and tools into it): a tmpfs so that
+ * /proc/self/mountinfo inside shows its root as "/", not a host path. `sweep` removes per-run cgroups whose
  * launcher no longer exists (a launcher killed with SIGKILL cannot clean up after itself).
  *
  * The cgroup code sits behind a small driver table (struct cg_driver) so a cgroup v2 driver can slot in
@@ -53,6 +57,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -478,7 +483,7 @@ struct run_opts {
   gid_t gid;
   const char *workdir;
   const char *bwrap;
-  const char *reaper;
+  const char *tools; /* holds `init` (the reaper); bound read-only at HANGAR_TOOLS_PATH */
   const char *cgroup_root;
   const char *cgroup_parent;
   struct limits lim;
@@ -518,13 +523,14 @@ static void __attribute__((noreturn, format(printf, 1, 2))) fail(const char *fmt
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: hangar-launcher run --uid N --gid N --workdir DIR --reaper PATH [--bwrap PATH]\n"
+          "usage: hangar-launcher run --uid N --gid N --workdir DIR --tools DIR [--bwrap PATH]\n"
           "         --wall-ms N --cpu-ms N --memory BYTES --pids N --fsize BYTES --nofile N [--tmp-bytes BYTES]\n"
           "         [--cpu-quota-pct N] [--output-bytes N] [--output-slack N] [--cgroup-root DIR]\n"
           "         [--cgroup-parent NAME] [--report-fd N]\n"
           "         [--env K=V]... [--etc NAME]... [--ro DIR]... [--disable-userns] -- PROGRAM [ARGS...]\n"
           "       hangar-launcher workdir-create PATH UID GID BYTES\n"
           "       hangar-launcher workdir-remove PATH\n"
+          "       hangar-launcher tools-mount PATH\n"
           "       hangar-launcher sweep [--cgroup-root DIR] [--cgroup-parent NAME]\n");
   exit(64);
 }
@@ -578,7 +584,7 @@ static void parse_run(int argc, char **argv, struct run_opts *o) {
     }
     else if (strcmp(a, "--workdir") == 0) o->workdir = v;
     else if (strcmp(a, "--bwrap") == 0) o->bwrap = v;
-    else if (strcmp(a, "--reaper") == 0) o->reaper = v;
+    else if (strcmp(a, "--tools") == 0) o->tools = v;
     else if (strcmp(a, "--cgroup-root") == 0) o->cgroup_root = v;
     else if (strcmp(a, "--cgroup-parent") == 0) o->cgroup_parent = v;
     else if (strcmp(a, "--report-fd") == 0) report_fd = (int)parse_num(a, v);
@@ -610,7 +616,7 @@ static void parse_run(int argc, char **argv, struct run_opts *o) {
   o->program = argv + i;
   for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
     if (*required[k] < 0) fail("missing one of --wall-ms --cpu-ms --memory --pids --fsize --nofile");
-  if (!o->workdir || !o->reaper) fail("--workdir and --reaper are required");
+  if (!o->workdir || !o->tools) fail("--workdir and --tools are required");
   if (o->uid == (uid_t)-1 || o->gid == (gid_t)-1) fail("--uid and --gid are required");
   if (!safe_relpath(o->cgroup_parent) || strchr(o->cgroup_parent, '/'))
     fail("--cgroup-parent must be one path component");
@@ -680,6 +686,15 @@ static void build_bwrap_args(const struct run_opts *o, int reaper_fd) {
     }
   }
   for (int i = 0; i < o->nro; i++) arg("--ro-bind-try"), arg(o->ro[i]), arg(o->ro[i]);
+  /* The host's /usr/local holds what was installed by hand (other tools and their configuration), not the
+   * toolchains: the language registry names toolchains under /usr only. An empty read-only tmpfs hides it. */
+  struct stat local;
+  if (stat("/usr/local", &local) == 0 && S_ISDIR(local.st_mode)) {
+    arg("--perms"), arg("0755");
+    arg("--size"), arg("4096");
+    arg("--tmpfs"), arg("/usr/local");
+    arg("--remount-ro"), arg("/usr/local");
+  }
 
   /* A minimal /etc: generated account and name-service files naming only the sandbox user, plus the host
    * entries the runtimes need (dynamic linker cache, alternatives symlinks, JDK and Mono config). */
@@ -711,7 +726,7 @@ static void build_bwrap_args(const struct run_opts *o, int reaper_fd) {
   if (o->lim.tmp_bytes > 0) arg("--size"), arg(fmt_alloc("%lld", o->lim.tmp_bytes));
   arg("--tmpfs"), arg("/tmp");
   arg("--bind"), arg(o->workdir), arg("/box");
-  arg("--ro-bind"), arg(o->reaper), arg(HANGAR_REAPER_PATH);
+  arg("--ro-bind"), arg(o->tools), arg(HANGAR_TOOLS_PATH);
   arg("--remount-ro"), arg("/"); /* bwrap's root tmpfs: nothing outside /box and /tmp is writable */
   arg("--chdir"), arg("/box");
   arg("--");
@@ -885,7 +900,9 @@ static int cmd_run(int argc, char **argv) {
     fail("work dir %s is not a directory", o.workdir);
   if (wst.st_uid != o.uid) fail("work dir %s is not owned by the sandbox uid %u", o.workdir, (unsigned)o.uid);
   if (access(o.bwrap, X_OK) != 0) fail("bwrap not found at %s", o.bwrap);
-  if (access(o.reaper, R_OK) != 0) fail("reaper not found at %s", o.reaper);
+  char reaper[PATH_MAX];
+  snprintf(reaper, sizeof reaper, "%s/init", o.tools);
+  if (access(reaper, R_OK) != 0) fail("reaper not found at %s", reaper);
 
   /* Signals arrive on a signalfd so the wait loop sees them in order with everything else. SIGTERM,
    * SIGINT, SIGHUP, SIGQUIT mean "abort"; the kernel sends SIGTERM when the caller dies (PDEATHSIG). */
@@ -1175,6 +1192,37 @@ static int cmd_workdir_remove(int argc, char **argv) {
   return 0;
 }
 
+/* Mounts the tools tmpfs on PATH (created root-owned 0755 under a root-owned parent) unless one is there. */
+static int cmd_tools_mount(int argc, char **argv) {
+  if (argc != 3) usage();
+  const char *path = argv[2];
+  if (check_parent(path) != 0) return 1;
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "hangar-launcher: mkdir %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st, parent;
+  char up[PATH_MAX];
+  snprintf(up, sizeof up, "%s/..", path);
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_uid != 0 || (st.st_mode & 022) || stat(up, &parent) != 0) {
+    fprintf(stderr, "hangar-launcher: %s must be a root-owned directory writable only by root\n", path);
+    return 1;
+  }
+  /* Two processes starting at once: the second waits, then finds the mount (its fd may name either). */
+  flock(fd, LOCK_EX);
+  if (stat(path, &st) != 0) {
+    fprintf(stderr, "hangar-launcher: stat %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  if (st.st_dev != parent.st_dev) return 0; /* mounted already */
+  if (mount("hangar-tools", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=128m,nr_inodes=1024,mode=0755,uid=0,gid=0") != 0) {
+    fprintf(stderr, "hangar-launcher: mount tmpfs on %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* sweep                                                                                                    */
 /* ------------------------------------------------------------------------------------------------------ */
@@ -1226,6 +1274,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc, argv);
   if (strcmp(argv[1], "workdir-create") == 0) return cmd_workdir_create(argc, argv);
   if (strcmp(argv[1], "workdir-remove") == 0) return cmd_workdir_remove(argc, argv);
+  if (strcmp(argv[1], "tools-mount") == 0) return cmd_tools_mount(argc, argv);
   if (strcmp(argv[1], "sweep") == 0) return cmd_sweep(argc, argv);
   usage();
 }

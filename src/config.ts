@@ -49,6 +49,8 @@ const EnvSchema = z.object({
   HANGAR_VALIDATE_RESPONSES: z.enum(['true', 'false', '1', '0']).optional(),
   HANGAR_EXECUTE_CONCURRENCY: intFrom(1, 1024).optional(),
   HANGAR_EXECUTE_QUEUE: intFrom(0, 100_000).optional(),
+  HANGAR_EXECUTE_ORG_CONCURRENCY: intFrom(1, 1024).optional(),
+  HANGAR_EXECUTE_ORG_QUEUE: intFrom(0, 100_000).optional(),
   HANGAR_EXECUTE_MAX_RUN_TIMEOUT_MS: intFrom(1, 3_600_000).default(30_000),
   HANGAR_EXECUTE_MAX_COMPILE_TIMEOUT_MS: intFrom(1, 3_600_000).default(60_000),
   HANGAR_EXECUTE_RUN_MEMORY_BYTES: intFrom(MIB, 1024 ** 4).default(256 * MIB),
@@ -158,6 +160,10 @@ export type ExecuteConfig = Readonly<{
   concurrency: number;
   /** Executions waiting for a slot; beyond this a request is refused with 429. */
   queue: number;
+  /** Executions of one organization running at once (at most `concurrency`). */
+  orgConcurrency: number;
+  /** Executions of one organization waiting (at most `queue`); beyond this that organization gets 429. */
+  orgQueue: number;
   maxRunTimeoutMs: number;
   maxCompileTimeoutMs: number;
   /** Memory limit of the run step and of the compile step when the request names none. */
@@ -311,6 +317,8 @@ export function parseConfig(
     return parsed.cidr;
   });
   const concurrency = e.HANGAR_EXECUTE_CONCURRENCY ?? availableParallelism();
+  const queue = e.HANGAR_EXECUTE_QUEUE ?? 4 * concurrency;
+  const half = (n: number) => Math.max(1, Math.ceil(n / 2));
   const languages = e.HANGAR_EXECUTE_LANGUAGES?.split(',').map((l) => l.trim().toLowerCase()).filter(Boolean);
   const host = e.HOST === '0.0.0.0' || e.HOST === '::' ? '127.0.0.1' : e.HOST;
   const local = `http://${host.includes(':') ? `[${host}]` : host}:${e.PORT}`;
@@ -349,7 +357,9 @@ export function parseConfig(
     logLevel: e.LOG_LEVEL,
     execute: Object.freeze({
       concurrency,
-      queue: e.HANGAR_EXECUTE_QUEUE ?? 4 * concurrency,
+      queue,
+      orgConcurrency: Math.min(concurrency, e.HANGAR_EXECUTE_ORG_CONCURRENCY ?? half(concurrency)),
+      orgQueue: Math.min(queue, e.HANGAR_EXECUTE_ORG_QUEUE ?? half(queue)),
       maxRunTimeoutMs: e.HANGAR_EXECUTE_MAX_RUN_TIMEOUT_MS,
       maxCompileTimeoutMs: e.HANGAR_EXECUTE_MAX_COMPILE_TIMEOUT_MS,
       runMemoryBytes: e.HANGAR_EXECUTE_RUN_MEMORY_BYTES,

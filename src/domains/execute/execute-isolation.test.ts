@@ -317,6 +317,7 @@ describe('execute: a host without working isolation', () => {
       unavailableReason: 'bwrap is not installed',
       createWorkDir: () => Promise.reject(new Error('must not be called')),
       run: () => Promise.reject(new Error('must not be called')),
+      installTool: () => Promise.reject(new Error('must not be called')),
     });
     try {
       const res = await app.inject({ method: 'POST', url: '/v1/execute', headers: admin.headers, payload: { language: 'bash', code: 'echo hi' } });
@@ -342,6 +343,7 @@ describe('execute: a host without working isolation', () => {
         const dir = await mkdtemp(path.join(tmpdir(), 'hangar-fake-box-'));
         return { path: dir, dispose: async () => void disposed.push(dir) };
       },
+      installTool: async (name) => `/.hangar/${name}`,
       run: async () => ({
         stdout: '',
         stderr: '',

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { findLanguage, javaEntry, LANGUAGES } from './languages.js';
+import { findLanguage, javaEntry, LANGUAGES, formatEsbuildLog } from './languages.js';
 
 describe('language registry', () => {
   it('finds every language by name and alias, case-insensitively', () => {
@@ -37,5 +37,47 @@ describe('language registry', () => {
     });
     expect(javaEntry('/* no main */ public class Lib {}')).toEqual({ pkg: null, publicType: 'Lib', mainClass: 'Lib' });
     expect(javaEntry('interface I {}')).toEqual({ pkg: null, publicType: null, mainClass: null });
+  });
+});
+
+describe("TypeScript's compile messages", () => {
+  it('turns esbuild’s terminal messages into compiler lines, columns from 1, notes dropped', () => {
+    const log = [
+      '✘ [ERROR] Unexpected ";"',
+      '',
+      '    main.ts:1:18:',
+      '      1 │ const x: number = ;',
+      '        ╵                   ^',
+      '',
+      '▲ [WARNING] Comparison with -0 using the "==" operator will also match 0 [equals-negative-zero]',
+      '',
+      '    lib.ts:3:20:',
+      '      3 │ let a = 1; if (a == -0) {}',
+      '        ╵                     ~~',
+      '',
+      '  Floating-point equality is defined such that 0 and -0 are equal.',
+      '',
+      '✘ [ERROR] Could not read the input',
+      '',
+      '',
+    ].join('\n');
+    expect(formatEsbuildLog(log)).toBe(
+      [
+        'main.ts:1:19: error: Unexpected ";"',
+        '    const x: number = ;',
+        '                      ^',
+        'lib.ts:3:21: warning: Comparison with -0 using the "==" operator will also match 0',
+        '    let a = 1; if (a == -0) {}',
+        '                        ^',
+        'error: Could not read the input',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('passes anything else through (esbuild itself crashing, the driver’s own lines)', () => {
+    const crash = 'runtime: goroutine stack exceeds 1000000000-byte limit\nfatal error: stack overflow\n';
+    expect(formatEsbuildLog(crash)).toBe(crash);
+    expect(formatEsbuildLog('')).toBe('');
   });
 });

@@ -2,10 +2,12 @@
  * The languages `POST /v1/execute` knows: names and aliases, how to find installed versions on this host
  * (each candidate toolchain's own version command, run once at start-up), and how to compile and run a
  * program inside the sandbox, where the work directory is `/box`. Toolchains are named by absolute paths
- * under /usr, the tree the sandbox mounts read-only, never through the server's PATH.
+ * under /usr, the tree the sandbox mounts read-only, never through the server's PATH; the few tools that
+ * come with Hangar itself (esbuild for TypeScript) are installed into the sandbox's tools dir, /.hangar.
  */
 import { execFile } from 'node:child_process';
-import { readdirSync, realpathSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import semver from 'semver';
 
@@ -45,6 +47,17 @@ export interface Plan {
   files: SourceFile[];
   compile?: Step;
   run: Step;
+  /** Rewrites the compile step's stderr for the response (e.g. a tool's terminal format as compiler lines). */
+  compileStderr?: (stderr: string) => string;
+  /** Run this instead when the compile step produced `file` in /box (no request file has that name). */
+  runIfProduced?: { file: string; run: Step };
+}
+
+/** A host file a language's steps need inside the sandbox, installed read-only as `/.hangar/<name>`. */
+export interface SandboxTool {
+  name: string;
+  hostPath: string;
+  mode: number;
 }
 
 export interface Language {
@@ -60,6 +73,8 @@ export interface Language {
   compiled: boolean;
   /** Installed toolchains on this host, newest first. */
   detect(): Promise<Toolchain[]>;
+  /** Files of Hangar's own the steps run in the sandbox (installed at start-up; without them the language is not offered). */
+  tools?(): SandboxTool[];
   /** Throws an AppError-ready message (as a PlanError) when the files cannot make a program. */
   plan(tc: Toolchain, input: PlanInput): Plan;
 }
@@ -208,9 +223,124 @@ const javascript: Language = {
   plan: (tc, { files, args, runMemoryBytes }) => ({ files, run: nodeRun(tc, files[0]!.name, args, runMemoryBytes) }),
 };
 
+/** Where the sandbox sees Hangar's tools dir (src/platform/isolation, native/common.h). */
+const TOOLS = '/.hangar';
+const TS_OUT_EXT: Record<string, string> = { '.ts': '.js', '.tsx': '.js', '.mts': '.mjs', '.cts': '.cjs' };
+
+/** esbuild's native binary (a static Go executable) on the host; null when esbuild is not installed. */
+export function esbuildBinary(): string | null {
+  try {
+    const fromApi = createRequire(createRequire(import.meta.url).resolve('esbuild'));
+    for (const candidate of [`@esbuild/${process.platform}-${process.arch}/bin/esbuild`, 'esbuild/bin/esbuild']) {
+      let binary: string;
+      try {
+        binary = fromApi.resolve(candidate);
+      } catch {
+        continue;
+      }
+      // The native executable, not the JS shim some installs leave at esbuild/bin.
+      if (readFileSync(binary).subarray(0, 4).equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return binary;
+    }
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+/** What each file transpiles to (null: passes through), before top-level await may make one `.mjs`; a clash is a 400. */
+function typescriptOutputs(files: SourceFile[]): (string | null)[] {
+  const names = new Set(files.map((f) => f.name));
+  const outs = new Set<string>();
+  return files.map((f, i) => {
+    const e = ext(f.name);
+    const outExt = TS_OUT_EXT[e];
+    if (!outExt && i > 0) return null;
+    const out = `${outExt ? f.name.slice(0, -e.length) : f.name}${outExt ?? '.js'}`;
+    if (out !== f.name && (names.has(out) || outs.has(out))) {
+      throw new PlanError(`body.files.${i}.name`, `${f.name} transpiles to ${out}, which another file already uses`);
+    }
+    outs.add(out);
+    return out;
+  });
+}
+
 /**
- * TypeScript is transpiled on the host (esbuild, in-process; no user code runs) before the sandbox runs
- * the JavaScript with Node; see transpile.ts. The plan sees the transpiled files.
+ * The compile step's script, run by /bin/sh in /box with triples SOURCE LOADER OUTPUT: esbuild strips the
+ * types of each SOURCE into OUTPUT (CommonJS, or ESM for `.mjs`); a file that fails only because of
+ * top-level await is made an ES module instead (OUTPUT with `.mjs`), unless that name is taken. esbuild's
+ * messages go to stderr (reformatted by formatEsbuildLog); any failure exits 1.
+ */
+const TS_COMPILE_SCRIPT = `
+rc=0
+while [ $# -ge 3 ]; do
+  src=$1; loader=$2; out=$3; shift 3
+  fmt=cjs; case "$out" in *.mjs) fmt=esm ;; esac
+  if ! ${TOOLS}/esbuild --loader=$loader --format=$fmt --platform=node --target=node20 --log-level=warning --color=false --sourcefile="$src" < "$src" > "$out" 2> /tmp/esbuild.log; then
+    rm -f "$out"
+    if [ $fmt = cjs ] && grep -qF '[ERROR] Top-level await is currently not supported' /tmp/esbuild.log && ! grep -F '[ERROR]' /tmp/esbuild.log | grep -vqF 'Top-level await is currently not supported'; then
+      mjs="\${out%.*}.mjs"
+      if [ -e "$mjs" ]; then
+        echo "$src: error: transpiles to $mjs, which another file already uses" >&2; rc=1; continue
+      fi
+      ${TOOLS}/esbuild --loader=$loader --format=esm --platform=node --target=node20 --log-level=warning --color=false --sourcefile="$src" < "$src" > "$mjs" 2> /tmp/esbuild.log || { rm -f "$mjs"; rc=1; }
+    else
+      rc=1
+    fi
+  fi
+  cat /tmp/esbuild.log >&2
+done
+exit $rc
+`;
+
+const ESBUILD_MESSAGE = /^(?:✘ \[(ERROR)\]|▲ \[(WARNING)\]) (.*?)(?: \[[a-z0-9-]+\])?$/;
+const ESBUILD_LOCATION = /^ {4}(.+):(\d+):(\d+):$/;
+const ESBUILD_SOURCE = /^ +\d+ │ (.*)$/;
+const ESBUILD_MARKER = /^ +╵ /;
+
+/**
+ * esbuild's terminal messages as compiler lines (`main.ts:1:19: error: Unexpected ";"`, the source line and
+ * a caret; columns from 1), as TypeScript's compile step has always reported them. Notes and anything
+ * else (a crash of esbuild itself) pass through.
+ */
+export function formatEsbuildLog(log: string): string {
+  const lines = log.split('\n');
+  const out: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const m = ESBUILD_MESSAGE.exec(lines[i]!);
+    if (!m) {
+      if (lines[i] !== '' || (out.length > 0 && out.at(-1) !== '')) out.push(lines[i]!);
+      continue;
+    }
+    const kind = m[1] ? 'error' : 'warning';
+    let j = i + 1;
+    while (lines[j] === '') j++;
+    const at = ESBUILD_LOCATION.exec(lines[j] ?? '');
+    if (!at) {
+      out.push(`${kind}: ${m[3]}`);
+      continue;
+    }
+    const [, file, line, col] = at;
+    out.push(`${file}:${line}:${Number(col) + 1}: ${kind}: ${m[3]}`);
+    i = j;
+    const source = ESBUILD_SOURCE.exec(lines[i + 1] ?? '');
+    const marker = lines[i + 2] ?? '';
+    if (source && ESBUILD_MARKER.test(marker)) {
+      const start = marker.indexOf('╵') + 2;
+      const caret = marker.slice(start).search(/[~^]/);
+      out.push(`    ${source[1]}`, `    ${' '.repeat(Math.max(0, caret))}^`);
+      i += 2;
+    }
+    // Skip the blank line and the indented notes that follow; the next message or other text starts at column 0.
+    while (i + 1 < lines.length && (lines[i + 1] === '' || lines[i + 1]!.startsWith('  '))) i++;
+  }
+  const text = out.join('\n').replace(/\n+$/, '');
+  return text ? `${text}\n` : '';
+}
+
+/**
+ * TypeScript's compile step runs in the sandbox like any other (its limits, its own failure): the esbuild
+ * binary, installed read-only in the tools dir, strips the types of each file into JavaScript beside it
+ * (TS_COMPILE_SCRIPT); Node then runs the entry's JavaScript, its `.mjs` when top-level await made it one.
  */
 const typescript: Language = {
   name: 'typescript',
@@ -219,8 +349,28 @@ const typescript: Language = {
   defaultEntry: 'main.ts',
   runtime: 'node',
   compiled: true,
-  detect: nodeVersions,
-  plan: (tc, { files, args, runMemoryBytes }) => ({ files, run: nodeRun(tc, files[0]!.name, args, runMemoryBytes) }),
+  detect: async () => (esbuildBinary() ? nodeVersions() : []),
+  tools: () => {
+    const binary = esbuildBinary();
+    return binary ? [{ name: 'esbuild', hostPath: binary, mode: 0o755 }] : [];
+  },
+  plan: (tc, { files, args, runMemoryBytes }) => {
+    const outputs = typescriptOutputs(files);
+    const entry = outputs[0]!;
+    const esm = `${entry.slice(0, -ext(entry).length)}.mjs`;
+    const triples = files.flatMap((f, i) => (outputs[i] ? [f.name, ext(f.name) === '.tsx' ? 'tsx' : 'ts', outputs[i]!] : []));
+    return {
+      files,
+      compile: {
+        argv: ['/bin/sh', '-c', TS_COMPILE_SCRIPT, 'ts-compile', ...triples],
+        // esbuild's Go runtime: two threads of work at most (the sandbox's process limit counts threads).
+        env: { ...COMPILE_ENV, GOMAXPROCS: '2' },
+      },
+      compileStderr: formatEsbuildLog,
+      run: nodeRun(tc, entry, args, runMemoryBytes),
+      runIfProduced: ext(entry) === '.mjs' || files.some((f) => f.name === esm) ? undefined : { file: esm, run: nodeRun(tc, esm, args, runMemoryBytes) },
+    };
+  },
 };
 
 const bash: Language = {

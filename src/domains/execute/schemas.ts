@@ -67,7 +67,7 @@ export const ExecutionStage = z
     stderr_truncated: z.boolean(),
     time_ms: z.number().int().describe('Wall-clock time'),
     cpu_time_ms: z.number().int().describe('CPU time of the whole process tree'),
-    memory_kb: z.number().int().describe('Peak resident memory; 0 when not measured (TypeScript’s host-side transpile)'),
+    memory_kb: z.number().int().describe('Peak resident memory of the step; 0 when not measured (a skipped run)'),
   })
   .meta({ id: 'ExecutionStage' });
 export type ExecutionStage = z.infer<typeof ExecutionStage>;

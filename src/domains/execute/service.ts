@@ -1,8 +1,8 @@
-import { chown, mkdir, stat, writeFile } from 'node:fs/promises';
+import { chown, lstat, mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import semver from 'semver';
 import { ConfigError, type ExecuteConfig } from '../../config.js';
-import { withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { prefixedId } from '../../platform/ids.js';
 import type { Isolation, Limits, RunResult, WorkDir } from '../../platform/isolation/types.js';
@@ -20,7 +20,6 @@ import {
 } from './languages.js';
 import { CancelledError, Pool, type Slot } from './pool.js';
 import type { ExecuteBody, ExecutionResult, ExecutionStage, Runtime } from './schemas.js';
-import { transpileTypeScript } from './transpile.js';
 import { WorkDirs } from './workdirs.js';
 
 const MIB = 1024 * 1024;
@@ -49,7 +48,10 @@ export function detectInstalled(): Promise<Map<Language, Toolchain[]>> {
   return detection;
 }
 
-/** Detects the installed toolchains and sets up the pool; called once when the routes are registered. */
+/**
+ * Detects the installed toolchains, installs the tools their steps run in the sandbox (a language whose
+ * tools cannot be installed is not offered) and sets up the pool; called once when the routes are registered.
+ */
 export async function createExecutor(deps: Pick<Deps, 'config' | 'isolation' | 'log'>): Promise<Executor> {
   const config = deps.config.execute;
   let offered: readonly Language[] = LANGUAGES;
@@ -66,8 +68,20 @@ export async function createExecutor(deps: Pick<Deps, 'config' | 'isolation' | '
     const found = all.get(lang) ?? [];
     if (offered.includes(lang) && found.length > 0) installed.set(lang, found);
   }
+  if (deps.isolation.available) {
+    for (const lang of installed.keys()) {
+      const tools = lang.tools?.() ?? [];
+      try {
+        if (lang.tools && tools.length === 0) throw new Error('its tools are not installed');
+        await Promise.all(tools.map((t) => deps.isolation.installTool(t.name, t.hostPath, t.mode)));
+      } catch (err) {
+        deps.log.warn({ err, language: lang.name }, 'not offering a language: its tools cannot be installed in the sandbox');
+        installed.delete(lang);
+      }
+    }
+  }
   const workDirs = new WorkDirs(deps.isolation, config.concurrency, deps.log);
-  const pool = new Pool(config.concurrency, config.queue);
+  const pool = new Pool({ concurrency: config.concurrency, queue: config.queue, orgConcurrency: config.orgConcurrency, orgQueue: config.orgQueue });
   return { isolation: deps.isolation, config, pool, installed, workDirs, close: () => workDirs.close() };
 }
 
@@ -247,10 +261,7 @@ async function writeFiles(work: WorkDir, files: SourceFile[], withBuildDir: bool
 interface Prepared {
   lang: Language;
   tc: Toolchain;
-  /** Null when the compile step already failed on the host (TypeScript): nothing to run. */
-  plan: Plan | null;
-  /** TypeScript's host-side compile step, already done. */
-  transpiled?: ExecutionStage;
+  plan: Plan;
   runMemoryBytes: number;
   compileMemoryBytes: number;
 }
@@ -259,29 +270,14 @@ interface Prepared {
 export async function prepareExecution(executor: Executor, body: ExecuteBody): Promise<Prepared> {
   const { lang, toolchains } = resolveLanguage(executor, body.language);
   const tc = selectVersion(lang, toolchains, body.version);
-  let files = sourceFiles(lang, body);
+  const files = sourceFiles(lang, body);
   const memory = checkLimits(executor.config, body);
   const args = body.args ?? [];
   args.forEach((a, i) => {
     if (a.includes('\0')) throw errors.invalidField(`body.args.${i}`, 'must not contain NUL characters');
   });
   try {
-    let transpiled: ExecutionStage | undefined;
-    if (lang.name === 'typescript') {
-      const t = await transpileTypeScript(files);
-      files = t.files;
-      transpiled = {
-        ...SKIPPED,
-        stderr: t.stderr,
-        code: t.ok ? 0 : 1,
-        status: 'exited',
-        message: null,
-        time_ms: Math.round(t.timeMs),
-        cpu_time_ms: Math.round(t.timeMs),
-      };
-    }
-    const plan = transpiled && !succeeded(transpiled) ? null : lang.plan(tc, { files, args, ...memory });
-    return { lang, tc, plan, transpiled, ...memory };
+    return { lang, tc, plan: lang.plan(tc, { files, args, ...memory }), ...memory };
   } catch (err) {
     if (err instanceof PlanError) throw errors.invalidField(err.field, err.message);
     throw err;
@@ -299,7 +295,7 @@ const limitsFor = (config: ExecuteConfig, wallMs: number, memoryBytes: number): 
 });
 
 /** The compile step (if any) then the run step, in one fresh work directory deleted afterwards. */
-async function runPlan(executor: Executor, prepared: Prepared & { plan: Plan }, body: ExecuteBody, signal?: AbortSignal) {
+async function runPlan(executor: Executor, prepared: Prepared, body: ExecuteBody, signal?: AbortSignal) {
   const { isolation, config } = executor;
   const { plan } = prepared;
   const work = await executor.workDirs.take();
@@ -311,9 +307,15 @@ async function runPlan(executor: Executor, prepared: Prepared & { plan: Plan }, 
       if (r.status === 'error') throw new SandboxError(r.message ?? 'the sandbox could not start');
       return toStage(r, config.outputLimitBytes);
     };
-    const compile = plan.compile && (await step(plan.compile, limitsFor(config, body.compile_timeout, prepared.compileMemoryBytes)));
+    let compile = plan.compile && (await step(plan.compile, limitsFor(config, body.compile_timeout, prepared.compileMemoryBytes)));
+    if (compile && plan.compileStderr) compile = { ...compile, stderr: plan.compileStderr(compile.stderr) };
     if (compile && !succeeded(compile)) return { compile, run: SKIPPED };
-    const run = await step(plan.run, limitsFor(config, body.run_timeout, prepared.runMemoryBytes), body.stdin ?? '');
+    let runStep = plan.run;
+    if (plan.runIfProduced) {
+      const produced = await lstat(path.join(work.path, plan.runIfProduced.file)).then((s) => s.isFile(), () => false);
+      if (produced) runStep = plan.runIfProduced.run;
+    }
+    const run = await step(runStep, limitsFor(config, body.run_timeout, prepared.runMemoryBytes), body.stdin ?? '');
     return { compile, run };
   } finally {
     executor.workDirs.discard(work);
@@ -332,12 +334,12 @@ export async function executeCode(
   signal?: AbortSignal,
 ): Promise<{ id: string; result: ExecutionResult }> {
   const prepared = await prepareExecution(executor, body);
-  const { lang, tc, plan } = prepared;
+  const { lang, tc } = prepared;
   if (!executor.isolation.available) {
     const reason = executor.isolation.unavailableReason ?? 'no sandbox';
     throw new AppError('service_unavailable', `code execution is unavailable on this server: ${reason}`);
   }
-  const ticket = executor.pool.enter(signal);
+  const ticket = executor.pool.enter(orgId(ctx), signal);
   ticket.catch(() => undefined); // awaited below; this keeps an early rejection from counting as unhandled
   const id = prefixedId('cex');
   const subject = `${lang.name} ${tc.version}`;
@@ -369,14 +371,10 @@ export async function executeCode(
     throw err;
   }
 
-  let compile = prepared.transpiled;
+  let compile: ExecutionStage | undefined;
   let run = SKIPPED;
   try {
-    if (plan) {
-      const steps = await runPlan(executor, { ...prepared, plan }, body, signal);
-      compile = steps.compile ?? compile; // TypeScript's compile step ran on the host
-      run = steps.run;
-    }
+    ({ compile, run } = await runPlan(executor, prepared, body, signal));
   } catch (err) {
     if (err instanceof CancelledError) {
       await fail('cancelled', 'cancelled: the client went away', 'warning');

@@ -1,4 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
 import { constants as os } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -9,11 +10,27 @@ import type { UidSlots } from './uid-slots.js';
 
 const execFileP = promisify(execFile);
 
+/** Where the tools dir appears inside every run (native/common.h HANGAR_TOOLS_PATH). */
+export const TOOLS_PATH = '/.hangar';
+
+/** Copies src to dest (root-owned, `mode`) unless dest already has the same bytes; atomic by rename. */
+export async function installCopy(src: string, dest: string, mode = 0o755): Promise<void> {
+  const [a, b] = await Promise.all([fs.readFile(src), fs.readFile(dest).catch(() => null)]);
+  if (b && a.equals(b)) return;
+  const tmp = `${dest}.${process.pid}.tmp`;
+  await fs.writeFile(tmp, a, { mode });
+  await fs.chmod(tmp, mode);
+  await fs.rename(tmp, dest);
+}
+
 /** How the bwrap isolation is set up on this host (see index.ts for the defaults). */
 export interface BwrapConfig {
   launcherPath: string;
-  /** The reaper, at a path the sandbox uid can read (bwrap binds it as that uid). */
-  reaperPath: string;
+  /**
+   * The tools dir: a root-owned tmpfs holding the reaper (`init`) and installed tools, bound read-only at
+   * /.hangar in every run. Its ancestors are searchable by the sandbox uids (bwrap binds it as that uid).
+   */
+  toolsDir: string;
   bwrapPath: string;
   /** Root-owned, mode 0711: work directories are created here. */
   workRoot: string;
@@ -136,7 +153,7 @@ export class BwrapIsolation implements Isolation {
       '--uid', String(uid),
       '--gid', String(uid),
       '--workdir', path.resolve(spec.workDir),
-      '--reaper', this.cfg.reaperPath,
+      '--tools', this.cfg.toolsDir,
       '--bwrap', this.cfg.bwrapPath,
       '--cgroup-root', this.cfg.cgroupRoot,
       '--cgroup-parent', this.cfg.cgroupParent,
@@ -229,6 +246,20 @@ export class BwrapIsolation implements Isolation {
       runs.delete(handle);
       if (runs.size === 0 && this.inFlight.get(dir) === runs) this.inFlight.delete(dir);
     }
+  }
+
+  private readonly tools = new Map<string, Promise<string>>();
+
+  async installTool(name: string, hostPath: string, mode = 0o755): Promise<string> {
+    if (!/^[a-z0-9][a-z0-9._-]*$/.test(name) || name === 'init') throw new TypeError(`bad tool name ${JSON.stringify(name)}`);
+    const key = `${name}\0${hostPath}\0${mode}`;
+    let p = this.tools.get(key);
+    if (!p) {
+      p = installCopy(hostPath, path.join(this.cfg.toolsDir, name), mode).then(() => `${TOOLS_PATH}/${name}`);
+      p.catch(() => this.tools.delete(key));
+      this.tools.set(key, p);
+    }
+    return p;
   }
 
   /** Removes the cgroups of launchers that are gone. */

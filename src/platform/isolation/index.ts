@@ -4,7 +4,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { BwrapIsolation, type BwrapConfig } from './bwrap.js';
+import { BwrapIsolation, installCopy, type BwrapConfig } from './bwrap.js';
 import type { Isolation, RunResult } from './types.js';
 import { UidSlots } from './uid-slots.js';
 
@@ -17,6 +17,11 @@ export interface IsolationOptions {
   workRoot?: string;
   /** Where sandbox uids are claimed, shared by every Hangar process on the host. Default /run/hangar/uids. */
   lockDir?: string;
+  /**
+   * The tools dir (a tmpfs, mounted once per boot, shared by every Hangar process on the host) holding the
+   * reaper and the tools compile steps run, bound read-only at /.hangar in every run. Default /run/hangar-tools.
+   */
+  toolsDir?: string;
   /** Sandbox uids are uidBase .. uidBase + uidCount - 1 (gid = uid); none may be a host account. */
   uidBase?: number;
   uidCount?: number;
@@ -89,7 +94,7 @@ export function createIsolation(opts: IsolationOptions = {}): Promise<Isolation>
 /** An Isolation that runs nothing and says why. */
 export function unavailableIsolation(reason: string): Isolation {
   const fail = () => Promise.reject(new Error(`code execution is unavailable: ${reason}`));
-  return { available: false, unavailableReason: reason, createWorkDir: fail, run: fail };
+  return { available: false, unavailableReason: reason, createWorkDir: fail, run: fail, installTool: fail };
 }
 
 async function create(opts: IsolationOptions): Promise<Isolation> {
@@ -109,6 +114,7 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   const cgroupParent = opts.cgroupParent ?? 'hangar';
   const workRoot = path.resolve(opts.workRoot ?? '/var/lib/hangar/exec');
   const lockDir = path.resolve(opts.lockDir ?? '/run/hangar/uids');
+  const toolsDir = path.resolve(opts.toolsDir ?? '/run/hangar-tools');
   const uidBase = opts.uidBase ?? 60000;
   const uidCount = opts.uidCount ?? 1024;
   if (!Number.isInteger(uidBase) || !Number.isInteger(uidCount) || uidBase < 1000 || uidCount < 1 || uidBase + uidCount > 65534) {
@@ -137,7 +143,9 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   }
 
   // The work root must be traversable by the sandbox uids (bwrap binds the work dir as that uid) and
-  // writable by root alone; the reaper is copied into it because the package may live under a 0700 path.
+  // writable by root alone. The reaper (and later the tools) is copied into the tools dir, because the
+  // package may live under a 0700 path, and that dir is a tmpfs of its own so that no host path shows in
+  // a run's /proc/self/mountinfo.
   await fs.mkdir(workRoot, { recursive: true, mode: 0o711 });
   const rootStat = await fs.lstat(workRoot);
   if (!rootStat.isDirectory() || rootStat.uid !== 0 || rootStat.mode & 0o022) {
@@ -145,12 +153,19 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   }
   await fs.chmod(workRoot, 0o711);
   await checkTraversable(workRoot);
-  const reaperPath = path.join(workRoot, '.hangar-reaper');
-  await installCopy(builtReaper, reaperPath);
+  await fs.mkdir(path.dirname(toolsDir), { recursive: true, mode: 0o755 });
+  try {
+    await execFileP(launcherPath, ['tools-mount', toolsDir], { env: {} });
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Unavailable(`cannot mount the tools dir ${toolsDir}: ${(e.stderr || e.message).trim()}`);
+  }
+  await checkTraversable(toolsDir, 'tools dir');
+  await installCopy(builtReaper, path.join(toolsDir, 'init'));
 
   const cfg: BwrapConfig = {
     launcherPath,
-    reaperPath,
+    toolsDir,
     bwrapPath,
     workRoot,
     cgroupRoot,
@@ -204,22 +219,12 @@ async function canAccess(p: string, mode: number): Promise<boolean> {
 }
 
 /** Every ancestor of dir must let others search it, or bwrap (running as the sandbox uid) cannot bind it. */
-async function checkTraversable(dir: string): Promise<void> {
+async function checkTraversable(dir: string, what = 'work root'): Promise<void> {
   for (let d = dir; ; d = path.dirname(d)) {
     const st = await fs.stat(d);
     if (!(st.mode & 0o001)) {
-      throw new Unavailable(`the work root ${dir} is not reachable by the sandbox users: ${d} is mode ${(st.mode & 0o777).toString(8)}; choose a work root outside it`);
+      throw new Unavailable(`the ${what} ${dir} is not reachable by the sandbox users: ${d} is mode ${(st.mode & 0o777).toString(8)}; choose a ${what} outside it`);
     }
     if (d === path.dirname(d)) return;
   }
-}
-
-/** Copies src to dest (root-owned, 0755) unless dest already has the same bytes; atomic by rename. */
-async function installCopy(src: string, dest: string): Promise<void> {
-  const [a, b] = await Promise.all([fs.readFile(src), fs.readFile(dest).catch(() => null)]);
-  if (b && a.equals(b)) return;
-  const tmp = `${dest}.${process.pid}.tmp`;
-  await fs.writeFile(tmp, a, { mode: 0o755 });
-  await fs.chmod(tmp, 0o755);
-  await fs.rename(tmp, dest);
 }

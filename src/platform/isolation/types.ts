@@ -83,4 +83,10 @@ export interface Isolation {
   /** A fresh, empty work directory owned by the sandbox user; `dispose` deletes it with everything in it. */
   createWorkDir(): Promise<WorkDir>;
   run(spec: RunSpec): Promise<RunResult>;
+  /**
+   * Makes a host file visible read-only to every run, as `/.hangar/<name>` (the returned path): a tool a
+   * compile step runs, such as esbuild. Copied (root-owned) into the host-wide tools directory, so the
+   * sandbox uid needs no access to where it came from. Idempotent.
+   */
+  installTool(name: string, hostPath: string, mode?: number): Promise<string>;
 }
