@@ -98,6 +98,8 @@ serveChild(
       HANGAR_SECRET_KEY: randomBytes(32).toString('hex'),
       HOST: '127.0.0.1',
       PORT: '0',
+      // The execute bench's one organization may use the whole pool (it measures the sandbox, not the fair share).
+      HANGAR_EXECUTE_ORG_CONCURRENCY: process.env.HANGAR_EXECUTE_ORG_CONCURRENCY,
     });
     deps = await createDeps(config);
 
