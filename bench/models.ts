@@ -125,8 +125,7 @@ function makeCalls(t: Targets) {
       const now = performance.now();
       if (Number.isNaN(firstByte) && value.length > 0) firstByte = now - t0;
       buf += decoder.decode(value, { stream: true });
-      let i: number;
-      while ((i = buf.indexOf(sep)) >= 0) {
+      for (let i = buf.indexOf(sep); i >= 0; i = buf.indexOf(sep)) {
         const record = buf.slice(0, i);
         buf = buf.slice(i + sep.length);
         const piece = record ? parse(record) : '';

@@ -110,12 +110,11 @@ function clientsMain(): void {
     i += DELTA_KEY.length;
     let p = 0;
     let sent = 0;
-    let c: number | undefined;
-    while ((c = data[i++]) !== 58) {
+    for (let c = data[i++]; c !== 58; c = data[i++]) {
       if (c === undefined || c < 48 || c > 57) return void stray++;
       p = p * 10 + c - 48;
     }
-    while ((c = data[i++]) !== 58) {
+    for (let c = data[i++]; c !== 58; c = data[i++]) {
       if (c === undefined || c < 48 || c > 57) return void stray++;
       sent = sent * 10 + c - 48;
     }
@@ -190,8 +189,14 @@ function clientsMain(): void {
           (ws) =>
             new Promise<void>((resolve) => {
               if (ws.readyState === WebSocket.CLOSED) return resolve();
-              const timer = setTimeout(() => (ws.terminate(), resolve()), 2000);
-              ws.once('close', () => (clearTimeout(timer), resolve()));
+              const timer = setTimeout(() => {
+                ws.terminate();
+                resolve();
+              }, 2000);
+              ws.once('close', () => {
+                clearTimeout(timer);
+                resolve();
+              });
               ws.close(1000, 'done');
             }),
         ),
@@ -301,8 +306,14 @@ class Clients {
     const clients = new Clients(proc);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('clients: not ready within 30 s')), 30_000);
-      proc.once('message', () => (clearTimeout(timer), resolve()));
-      proc.once('exit', (code) => (clearTimeout(timer), reject(new Error(`clients: exited (${code}) at start`))));
+      proc.once('message', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      proc.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`clients: exited (${code}) at start`));
+      });
     }).catch((err) => {
       proc.kill('SIGKILL');
       throw err;
@@ -318,8 +329,14 @@ class Clients {
         reject(new Error(`clients: no answer to "${type}" within ${timeoutMs} ms`));
       }, timeoutMs);
       this.pending.set(id, {
-        resolve: (m) => (clearTimeout(timer), resolve(m)),
-        reject: (e) => (clearTimeout(timer), reject(e)),
+        resolve: (m) => {
+          clearTimeout(timer);
+          resolve(m);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
       });
       this.proc.send({ type, id, ...extra });
     });

@@ -418,7 +418,7 @@ export function loadConfig(env: Record<string, string | undefined>, overrides: {
   } catch {
     key = randomBytes(32);
     try {
-      writeFileSync(file, key.toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+      writeFileSync(file, `${key.toString('hex')}\n`, { mode: 0o600, flag: 'wx' });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
         throw new ConfigError('HANGAR_DATA_DIR', `cannot write ${file} (${(err as NodeJS.ErrnoException).code})`);

@@ -53,10 +53,12 @@ export function isValidScopePattern(pattern: string): boolean {
 export function expandScopes(patterns: readonly string[]): Set<Scope> {
   const out = new Set<Scope>();
   for (const p of patterns) {
-    if (p === '*') ALL_SCOPES.forEach((s) => out.add(s));
+    if (p === '*') {
+      for (const s of ALL_SCOPES) out.add(s);
+    }
     else if (p.endsWith(':*')) {
       const prefix = p.slice(0, -1);
-      ALL_SCOPES.filter((s) => s.startsWith(prefix)).forEach((s) => out.add(s));
+      for (const s of ALL_SCOPES) if (s.startsWith(prefix)) out.add(s);
     } else if ((ALL_SCOPES as string[]).includes(p)) out.add(p as Scope);
   }
   return out;

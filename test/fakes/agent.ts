@@ -82,13 +82,15 @@ export class FakeAgent {
         return;
       case 'huge':
         s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${1 << 30}\r\n\r\n`);
-        return pump(Buffer.alloc(64 * 1024, 0x20));
+        pump(Buffer.alloc(64 * 1024, 0x20));
+        return;
       case 'endless-chunked':
       case 'endless-error': {
         const status = this.mode === 'endless-error' ? '500 Internal Server Error' : '200 OK';
         s.write(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`);
         const body = Buffer.from('{"pid":1,"cmd":"x"},'.repeat(3000));
-        return pump(Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n')]));
+        pump(Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n')]));
+        return;
       }
       case 'keepalives':
       case 'keepalive-then-silent': {
@@ -114,7 +116,8 @@ export class FakeAgent {
       case 'endless-line': {
         s.write('HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n');
         const body = Buffer.alloc(60_000, 0x41);
-        return pump(Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n')]));
+        pump(Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n')]));
+        return;
       }
     }
   }

@@ -175,7 +175,7 @@ describe.skipIf(!available)('execute: isolation and limits', () => {
         'print(open("mine.txt").read(), sorted(os.listdir(".")))',
       ].join('\n');
     const results = await Promise.all(Array.from({ length: 8 }, (_, n) => py(program(n))));
-    results.forEach((r, n) => expect(r.run).toMatchObject({ stdout: `${n} ['main.py', 'mine.txt']\n`, code: 0 }));
+    for (const [n, r] of results.entries()) expect(r.run).toMatchObject({ stdout: `${n} ['main.py', 'mine.txt']\n`, code: 0 });
     expect(new Set(results.map((r) => r.id)).size).toBe(8);
   });
 

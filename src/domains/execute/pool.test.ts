@@ -38,7 +38,12 @@ describe('execution pool (one organization)', () => {
     const pool = new Pool({ concurrency: 1, queue: 10, orgConcurrency: 1, orgQueue: 10 });
     const first = await pool.enter(ORG);
     const order: number[] = [];
-    const waits = [1, 2, 3].map((n) => pool.enter(ORG).then((s) => (order.push(n), s)));
+    const waits = [1, 2, 3].map((n) =>
+      pool.enter(ORG).then((s) => {
+        order.push(n);
+        return s;
+      }),
+    );
     first.release();
     for (const w of waits) (await w).release();
     expect(order).toEqual([1, 2, 3]);
@@ -123,7 +128,10 @@ describe('execution pool shared between organizations', () => {
     const pool = new Pool({ concurrency: 4, queue: 10, orgConcurrency: 1 });
     const a = await pool.enter('org_a');
     let second = false;
-    const a2 = pool.enter('org_a').then((s) => ((second = true), s));
+    const a2 = pool.enter('org_a').then((s) => {
+      second = true;
+      return s;
+    });
     await Promise.resolve();
     expect(second).toBe(false);
     expect(pool.running).toBe(1);
@@ -140,7 +148,11 @@ describe('execution pool shared between organizations', () => {
     const pool = new Pool({ concurrency: 1, queue: 10, orgConcurrency: 1, orgQueue: 10 });
     const held = await pool.enter('org_a');
     const order: string[] = [];
-    const wait = (org: string, label: string) => pool.enter(org).then((s) => (order.push(label), s));
+    const wait = (org: string, label: string) =>
+      pool.enter(org).then((s) => {
+        order.push(label);
+        return s;
+      });
     const waits = [wait('org_a', 'a1'), wait('org_a', 'a2'), wait('org_a', 'a3'), wait('org_b', 'b1'), wait('org_c', 'c1'), wait('org_b', 'b2')];
     held.release();
     for (let i = 0; i < waits.length; i++) {

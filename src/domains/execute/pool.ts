@@ -101,7 +101,10 @@ export class Pool {
         signal.addEventListener('abort', waiter.onAbort, { once: true });
       }
       let own = this.waitingByOrg.get(org);
-      if (!own) this.waitingByOrg.set(org, (own = []));
+      if (!own) {
+        own = [];
+        this.waitingByOrg.set(org, own);
+      }
       own.push(waiter);
       this.waitingCount++;
     });

@@ -21,6 +21,7 @@ import {
 import { CancelledError, Pool, type Slot } from './pool.js';
 import type { ExecuteBody, ExecutionResult, ExecutionStage, Runtime } from './schemas.js';
 import { WorkDirs } from './workdirs.js';
+import { hasControlChar } from '../../platform/text.js';
 
 const MIB = 1024 * 1024;
 /** Open files per sandbox: enough for compilers and JVMs, few enough to stop descriptor exhaustion. */
@@ -127,7 +128,6 @@ function selectVersion(lang: Language, toolchains: Toolchain[], requested: strin
 }
 
 const BASE64 = /^[A-Za-z0-9+/\s]*={0,2}\s*$/;
-const CONTROL = /[\u0000-\u001f\u007f]/;
 
 /** The request's files with their final names; the entry first. Each refusal names the field. */
 function sourceFiles(lang: Language, body: ExecuteBody): SourceFile[] {
@@ -145,7 +145,7 @@ function sourceFiles(lang: Language, body: ExecuteBody): SourceFile[] {
       throw errors.invalidField(field, `"${name}" must not contain path separators; files sit side by side`);
     }
     if (name === '.' || name.includes('..')) throw errors.invalidField(field, `"${name}" must not contain ".."`);
-    if (CONTROL.test(name)) throw errors.invalidField(field, 'must not contain control characters');
+    if (hasControlChar(name)) throw errors.invalidField(field, 'must not contain control characters');
     if (Buffer.byteLength(name) > 255) throw errors.invalidField(field, 'must be at most 255 bytes');
     if (name === BUILD_DIR_NAME) throw errors.invalidField(field, `"${name}" is reserved for build outputs`);
     const other = seen.get(name);

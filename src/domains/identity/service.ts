@@ -203,7 +203,9 @@ function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]):
     const mine = matching.filter((s) => held.has(s));
     const wildcard = pattern === '*' || pattern.endsWith(':*');
     if (mine.length === matching.length) kept.push(pattern);
-    else if (wildcard && mine.length > 0) mine.forEach((s) => granted.add(s));
+    else if (wildcard && mine.length > 0) {
+      for (const s of mine) granted.add(s);
+    }
     else refused.push(pattern);
   }
   if (refused.length) throw errors.forbidden(`cannot grant scopes you do not hold: ${refused.join(', ')}`);

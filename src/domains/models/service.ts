@@ -151,7 +151,7 @@ export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSign
   checkTier(body);
   const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
-  let result;
+  let result: Awaited<ReturnType<typeof generateText>>;
   try {
     result = await generateText(callArgs(body, model, timeout));
   } catch (err) {
@@ -191,7 +191,10 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
   async function* lines(): AsyncGenerator<StreamLine> {
     yield { type: 'start', model: entry.id };
     let streamError: unknown = null;
-    const result = streamText({ ...callArgs(body, model, timeout), onError: ({ error }) => void (streamError = error) });
+    const result = streamText({ ...callArgs(body, model, timeout), onError: ({ error }) => {
+        streamError = error;
+      },
+    });
     try {
       for await (const part of result.fullStream) {
         if (part.type === 'text-delta') yield { type: 'text-delta', text: part.text };

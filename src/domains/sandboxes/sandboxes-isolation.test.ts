@@ -560,7 +560,7 @@ describe('the in-sandbox agent (PID 1)', () => {
    * The attack: copy the agent's descriptors (its listening socket, its log) through a pidfd, trace it, read
    * its memory, stop it. Every step prints what it got, so a failure shows which door was open.
    */
-  const attack = String.raw`
+  const attack = `
 import ctypes, errno, json, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -605,7 +605,7 @@ print(json.dumps(out))
 
   it('cannot be traced, signalled, read or have its descriptors copied by a command, and keeps answering', async () => {
     const id = await create({ env: { SECRET_TOKEN: 'sekrit-value' } });
-    const r = await run(id, 'python3 - <<"PY"\n' + attack + '\nPY');
+    const r = await run(id, `python3 - <<"PY"\n${attack}\nPY`);
     expect(r.exitCode, r.stderr).toBe(0);
     const got = JSON.parse(r.stdout) as Record<string, unknown>;
     const getfd = (got.pidfd_getfd ?? { got: [], refused: ['EPERM'] }) as { got: number[]; refused: string[] };

@@ -329,9 +329,9 @@ describe('commands', () => {
 
     const missing = await command(h, admin, id, { cmd: 'pwd', cwd: 'no/such/folder' });
     expect(missing.statusCode).toBe(400);
-    const escape = await command(h, admin, id, { cmd: 'pwd', cwd: '../..' });
-    expect(escape.statusCode).toBe(400);
-    expect(json(escape).error.message).toContain('cwd');
+    const escaping = await command(h, admin, id, { cmd: 'pwd', cwd: '../..' });
+    expect(escaping.statusCode).toBe(400);
+    expect(json(escaping).error.message).toContain('cwd');
   });
 
   it('feeds stdin and closes it', async () => {

@@ -1,8 +1,8 @@
 import { errors } from '../../platform/http/errors.js';
+import { hasControlChar } from '../../platform/text.js';
 
 const MAX_PATH_BYTES = 1024;
 const MAX_SEGMENT_BYTES = 255;
-const CONTROL = /[\u0000-\u001f\u007f]/;
 
 /**
  * Normalizes a workspace path to `a/b/c` (NFC, no empty or `.` segments). Rejects NUL and control
@@ -10,7 +10,7 @@ const CONTROL = /[\u0000-\u001f\u007f]/;
  */
 export function normalizePath(input: string, field = 'path'): string {
   if (input.includes('\u0000')) throw errors.invalidField(field, 'must not contain NUL');
-  if (CONTROL.test(input)) throw errors.invalidField(field, 'must not contain control characters');
+  if (hasControlChar(input)) throw errors.invalidField(field, 'must not contain control characters');
   if (input.includes('\\')) throw errors.invalidField(field, 'must use "/" as separator, not "\\"');
   if (input.startsWith('/')) throw errors.invalidField(field, 'must be relative to the workspace root (no leading "/")');
   const segments = input.normalize('NFC').split('/').filter((s) => s !== '' && s !== '.');

@@ -236,7 +236,7 @@ export async function writeFile(
     throw errors.quotaExceeded(`file is larger than the storage quota of ${storageQuotaBytes} bytes`);
   }
   const blobKey = `orgs/${org}/${workspaceId}/${uuid()}-${base62(6)}`;
-  let put;
+  let put: Awaited<ReturnType<typeof ctx.deps.blobs.put>>;
   try {
     put = await ctx.deps.blobs.put(blobKey, body, { maxBytes: uploadLimitBytes });
   } catch (err) {

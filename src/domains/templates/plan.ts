@@ -5,6 +5,7 @@
  * needs, so a runner only has to run them in order.
  */
 import { errors } from '../../platform/http/errors.js';
+import { hasControlChar } from '../../platform/text.js';
 
 /** Operating systems a template can be built on: only the host's own userland has a reachable package mirror. */
 export const SUPPORTED_OS = ['debian-12'] as const;
@@ -88,7 +89,6 @@ const PIP_SPEC = '(?:~=|===|==|!=|<=|>=|<|>)\\s*[A-Za-z0-9.*+!_-]+';
 const PIP_REQUIREMENT = new RegExp(
   `^${PIP_NAME}(?:\\s*\\[\\s*${PIP_NAME}(?:\\s*,\\s*${PIP_NAME})*\\s*\\])?(?:\\s*${PIP_SPEC}(?:\\s*,\\s*${PIP_SPEC})*)?$`,
 );
-const CONTROL = /[\u0000-\u001f\u007f]/;
 
 // ---------------------------------------------------------------------------------------------
 // Shell quoting
@@ -416,8 +416,7 @@ function splitInstructions(text: string): Instruction[] {
     i++;
     if (isSkippable(first)) continue;
     let text = first.trimStart();
-    let cont: RegExpExecArray | null;
-    while ((cont = /\\[ \t]*$/.exec(text))) {
+    for (let cont = /\\[ \t]*$/.exec(text); cont; cont = /\\[ \t]*$/.exec(text)) {
       text = text.slice(0, cont.index);
       let next: string | undefined;
       while (i < lines.length) {
@@ -785,7 +784,7 @@ export function planFromDockerfile(dockerfile: string, inherited: InheritedConte
         if (args.trim() === '') throw at(line, 'WORKDIR needs a path, such as WORKDIR /home/user/app');
         const path = expandWord(args.trim(), stageLookup, line);
         if (path === '') throw at(line, 'WORKDIR path is empty after substitution');
-        if (CONTROL.test(path)) throw at(line, 'WORKDIR path must not contain control characters');
+        if (hasControlChar(path)) throw at(line, 'WORKDIR path must not contain control characters');
         const resolved = resolvePath(workdir ?? inherited.workdir ?? '/', path);
         if (Buffer.byteLength(resolved) > MAX_WORKDIR_BYTES) throw at(line, `WORKDIR path must be at most ${MAX_WORKDIR_BYTES} bytes`);
         workdir = resolved;

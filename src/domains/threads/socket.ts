@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import type { Ctx, Deps, Principal } from '../../platform/context.js';
-import { AppError } from '../../platform/http/errors.js';
+import type { AppError } from '../../platform/http/errors.js';
 import type { ThreadHub, OutgoingFrame, Subscriber } from './hub.js';
 import { activeRun, eventsAfter, findThread, toThread } from './service.js';
 

@@ -8,6 +8,7 @@ class StaticProvider implements MigrationProvider {
 }
 
 /** Applies every pending migration; throws with the failing migration's name. */
+// biome-ignore lint/suspicious/noExplicitAny: migrations run against the schema as it was, not today's Database type
 export async function migrateToLatest(db: Kysely<any>, dialect: 'sqlite' | 'postgres' = 'sqlite'): Promise<string[]> {
   // Kysely looks for its bookkeeping tables in every schema unless told which: on a PostgreSQL database
   // where another schema (another Hangar, another test) already has them, a new schema would never get its own.

@@ -7,6 +7,7 @@ import { decodeCursor, toPage } from '../http/pagination.js';
  * ordered by both descending, fetching limit + 1 to tell whether more follow.
  */
 export async function newestFirstPage<O extends Record<string, unknown>>(
+  // biome-ignore lint/suspicious/noExplicitAny: one pager for every table's query; the row type O is what it reads
   query: SelectQueryBuilder<any, any, O>,
   keys: { time: keyof O & string; id: keyof O & string },
   page: { cursor?: string; limit: number },

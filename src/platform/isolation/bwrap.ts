@@ -238,7 +238,10 @@ export class BwrapIsolation implements Isolation {
     });
     handle.done = done;
     let runs = this.inFlight.get(dir);
-    if (!runs) this.inFlight.set(dir, (runs = new Set()));
+    if (!runs) {
+      runs = new Set();
+      this.inFlight.set(dir, runs);
+    }
     runs.add(handle);
     try {
       return await done;

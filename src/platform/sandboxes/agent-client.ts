@@ -215,8 +215,7 @@ export class AgentClient {
         total += next.value.length;
         if (!opts.follow && total > this.limits.snapshotBytes) throw this.violation(`${what} sent more than ${this.limits.snapshotBytes} bytes`);
         buffered += next.value.toString('latin1');
-        let nl: number;
-        while ((nl = buffered.indexOf('\n')) >= 0) {
+        for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
           const line = buffered.slice(0, nl);
           buffered = buffered.slice(nl + 1);
           if (!line.trim()) continue;

@@ -116,13 +116,11 @@ export async function ensureBaseLayer(dir: string): Promise<{ root: string; usr:
 
 /** passwd/group lines of system accounts (ids below 1000) and nobody/nogroup; host people are not copied. */
 function systemEntries(text: string): string {
-  return text
-    .split('\n')
-    .filter((line) => {
-      const id = Number(line.split(':')[2]);
-      return line && Number.isInteger(id) && (id < 1000 || id === 65534);
-    })
-    .join('\n') + '\n';
+  const lines = text.split('\n').filter((line) => {
+    const id = Number(line.split(':')[2]);
+    return line && Number.isInteger(id) && (id < 1000 || id === 65534);
+  });
+  return `${lines.join('\n')}\n`;
 }
 
 async function resolvConf(): Promise<string> {
