@@ -45,7 +45,7 @@ export async function runRoutes(app: App, _deps: Deps) {
           }
           return stream;
         };
-        const result = await startRun(req.ctx, req.body, { signal: controller.signal, emit: (frame) => open().send(frame.type as string, frame) });
+        const result = await startRun(req.ctx, req.body, { signal: controller.signal, emit: (frame) => open().send(frame.type, frame) });
         const s = open();
         s.send('result', result);
         s.end();

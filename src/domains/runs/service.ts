@@ -8,7 +8,23 @@ import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
 import { providerError, recordModelUsage, resolveModel, toUsage } from '../models/index.js';
 import { agentOf, createSandbox, getSandbox, resumeSandbox } from '../sandboxes/index.js';
-import { acquireRunLock, appendDurable, createThread, findThread, releaseRunLock, renewRunLock, threadBusy, threadChannel, type BusFrame, type DurableInput, type ThreadEvent } from '../threads/index.js';
+import {
+  acquireRunLock,
+  appendDurable,
+  createThread,
+  ExecutionMode,
+  findThread,
+  releaseRunLock,
+  renewRunLock,
+  threadBusy,
+  transientFrames,
+  transientPublisher,
+  type DurableFrame,
+  type DurableInput,
+  type TransientFrame,
+  type TransientOrigin,
+  type TransientPublisher,
+} from '../threads/index.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
 import { runTool, toolDefinitions } from './tools.js';
 
@@ -19,8 +35,8 @@ const DEFAULT_MAX_TURNS = 20;
 const LOCK_TTL_MS = 120_000;
 const SUMMARY_PREFIX = 'Summary of the conversation so far:\n';
 
-/** A frame as a run emits it: a thread event (durable) or a live frame. SSE clients of POST /v1/run get these. */
-export type RunFrame = ThreadEvent | (Record<string, unknown> & { type: string });
+/** A frame as a run emits it: a durable or a transient frame of the thread's catalogue. SSE clients of POST /v1/run get these. */
+export type RunFrame = DurableFrame | TransientFrame;
 
 /** Runs in progress on this process, for cancel. */
 const active = new Map<string, AbortController>();
@@ -191,18 +207,21 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   };
   let messageSeq = 0;
   const usage = emptyUsage();
-  const live = async (type: string, fields: Record<string, unknown>) => {
-    const frame = { type, threadId, runId, rolloutId: row.rollout_id, sequenceNumber: Math.max(1, lastSequence), ...fields };
+  // Live frames go out as any client's do (the threads domain's publisher), opened once the run is recorded.
+  let publishLive: TransientPublisher | null = null;
+  const origin = (): TransientOrigin => ({ threadId, runId, rolloutId: row.rollout_id ?? '', sequenceNumber: Math.max(1, lastSequence) });
+  const live = async (frame: TransientFrame) => {
     opts.emit?.(frame);
-    await deps.bus.publish(threadChannel(threadId), { kind: 'transient', frame } as unknown as BusFrame);
+    await publishLive?.(frame);
   };
 
   try {
     await exec(ctx).insertInto('agent_runs').values(row).execute();
     await recordActivity(ctx, { resourceType: 'agent', resourceId: agent.id, agentRunId: runId, threadId, eventType: 'agent.run.started', status: 'started', title: `Run of ${agent.slug} started`, metadata: { executionMode: mode, model: agent.model } });
     if (mode === 'in_sandbox') row.sandbox_id = await threadSandbox(ctx, threadId, agent);
+    publishLive = await transientPublisher(ctx, threadId, row.rollout_id ?? '');
     await durable([
-      { type: 'run_started', payload: { runId, agent: agent.slug, model: agent.model, executionMode: mode, sandboxId: row.sandbox_id, targetDeviceId: row.target_device_id } },
+      { type: 'run_started', payload: { runId, agent: agent.slug, model: agent.model, executionMode: ExecutionMode.parse(mode), sandboxId: row.sandbox_id, targetDeviceId: row.target_device_id } },
       { type: 'user_message', payload: { text } },
     ]);
     if (mode === 'local-desktop') {
@@ -241,10 +260,10 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
       for await (const part of stream.fullStream) {
         if (part.type === 'text-delta') {
           textOut += part.text;
-          await live('assistant_message_delta', { messageId, delta: part.text });
+          await live(transientFrames.assistantMessageDelta(origin(), messageId, part.text));
         } else if (part.type === 'reasoning-delta') {
           reasoning += part.text;
-          await live('assistant_thinking_delta', { messageId, delta: part.text });
+          await live(transientFrames.assistantThinkingDelta(origin(), messageId, part.text));
         } else if (part.type === 'tool-call') calls.push({ id: part.toolCallId, name: part.toolName, input: part.input });
         else if (part.type === 'error') streamError = part.error;
         else if (part.type === 'finish') {
@@ -278,17 +297,17 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
       const results: unknown[] = [];
       for (const c of calls) {
         await durable([{ type: 'tool_call', payload: { toolCallId: c.id, name: c.name, input: c.input } }]);
-        await live('tool_call_started', { toolCallId: c.id, name: c.name });
+        await live(transientFrames.toolCallStarted(origin(), c.id, c.name));
         const toolStarted = Date.now();
         const outcome = sandboxAgent && c.name in toolSet
-          ? await runTool(c.name, c.input, { agent: sandboxAgent, pids, signal: controller.signal, onOutput: (chunk) => void live('tool_output_delta', { toolCallId: c.id, delta: chunk }) })
+          ? await runTool(c.name, c.input, { agent: sandboxAgent, pids, signal: controller.signal, onOutput: (chunk) => void live(transientFrames.toolOutputDelta(origin(), c.id, chunk)) })
           : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
         await deps.db.kysely
           .insertInto('tool_executions')
           .values({ id: prefixedId('tex'), org_id: row.org_id, user_id: ctx.principal.userId, run_id: runId, tool: c.name, status: outcome.isError ? 'failed' : 'completed', duration_ms: Date.now() - toolStarted, created_at: nowIso() })
           .execute();
         if (controller.signal.aborted) throw new CancelledError();
-        await live('tool_call_completed', { toolCallId: c.id, name: c.name, isError: outcome.isError });
+        await live(transientFrames.toolCallCompleted(origin(), c.id, c.name, outcome.isError));
         await durable([{ type: 'tool_result', payload: { toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError, ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}) } }]);
         if (outcome.isError) {
           await recordActivity(ctx, { resourceType: 'tool', resourceId: c.name, toolSlug: c.name, agentRunId: runId, threadId, eventType: 'tool.call.failed', status: 'failed', title: `Tool ${c.name} failed`, summary: outcome.output.slice(0, 500) });
@@ -331,7 +350,7 @@ async function finish(
   row: RunRow,
   agent: AgentRow,
   end: { status: RunResult['status']; result: string | null; error: string | null; usage: RunUsage },
-  durable: (frames: DurableInput[]) => Promise<ThreadEvent[]>,
+  durable: (frames: DurableInput[]) => Promise<DurableFrame[]>,
 ): Promise<RunResult> {
   const finishedAt = nowIso();
   end.usage.promptTokens = end.usage.inputTokens;

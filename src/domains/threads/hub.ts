@@ -1,5 +1,6 @@
+import { subscribeParsed } from '../../platform/bus/index.js';
 import type { Deps } from '../../platform/context.js';
-import { threadChannel, type BusFrame, type ThreadEvent } from './frames.js';
+import { BusFrame, frameKind, isDurable, threadChannel, type FrameKind, type LiveFrame, type ThreadEvent } from './frames.js';
 import { eventsAfter } from './service.js';
 
 /** One socket's side of the hub: the hub hands it serialized frames; it decides what to do under pressure. */
@@ -12,11 +13,18 @@ export interface Subscriber {
 }
 
 export interface OutgoingFrame {
-  kind: BusFrame['kind'];
+  kind: FrameKind;
   /** Durable frames only. */
   sequence?: number;
   /** The frame as sent, JSON-encoded once for every subscriber. */
   json: string;
+}
+
+/** The one way a frame is written to a socket: a catalogue frame, or a durable event read back from the projection. */
+export function outgoing(frame: LiveFrame | ThreadEvent): OutgoingFrame {
+  const json = JSON.stringify(frame);
+  if (isDurable(frame)) return { kind: 'durable', sequence: frame.sequence, json };
+  return { kind: frameKind(frame.type), json };
 }
 
 interface Topic {
@@ -48,9 +56,17 @@ export class ThreadHub {
       const t: Topic = {
         subscribers: new Set(),
         delivered: 0,
-        unsubscribe: this.deps.bus.subscribe(threadChannel(threadId), (m) => {
-          t.queue = t.queue.then(() => this.receive(threadId, t, m as BusFrame)).catch((err) => this.deps.log.warn({ err, threadId }, 'thread fan-out failed'));
-        }),
+        unsubscribe: subscribeParsed(
+          this.deps.bus,
+          threadChannel(threadId),
+          BusFrame,
+          (m) => {
+            t.queue = t.queue.then(() => this.receive(threadId, t, m)).catch((err) => this.deps.log.warn({ err, threadId }, 'thread fan-out failed'));
+          },
+          // Another replica's older (or newer) frame, or anything else on the channel: dropped, never fanned out. A
+          // durable frame dropped here is not lost: the next one's gap is filled from the projection.
+          (error, message) => this.deps.log.warn({ threadId, issues: error.issues.slice(0, 5), type: typeof message === 'object' && message && 'type' in message ? String(message.type) : undefined }, 'dropped a malformed thread frame from the bus'),
+        ),
         ready: Promise.resolve(),
         queue: Promise.resolve(),
       };
@@ -92,28 +108,28 @@ export class ThreadHub {
   }
 
   private async receive(threadId: string, topic: Topic, m: BusFrame): Promise<void> {
-    if (m.kind === 'durable') {
-      const seq = m.event.sequence;
+    if (isDurable(m)) {
+      const seq = m.sequence;
       if (seq <= topic.delivered) return; // a repeat, or already filled from the projection
       if (seq > topic.delivered + 1) {
         const missing = await eventsAfter(this.deps, threadId, topic.delivered, seq - 1, GAP_FILL_LIMIT);
         for (const e of missing) this.fanDurable(topic, e);
       }
-      if (seq === topic.delivered + 1) this.fanDurable(topic, m.event);
+      if (seq === topic.delivered + 1) this.fanDurable(topic, m);
       return;
     }
-    const json = JSON.stringify(m.frame);
+    const frame = outgoing(m);
     for (const sub of topic.subscribers) {
-      if (m.kind === 'meta' || sub.view === 'owner') sub.deliver({ kind: m.kind, json });
+      if (frame.kind === 'meta' || sub.view === 'owner') sub.deliver(frame);
     }
-    if (m.kind === 'meta' && m.frame.type === 'thread_deleted') {
+    if (m.type === 'thread_deleted') {
       for (const sub of topic.subscribers) sub.end(4410, 'thread deleted');
     }
   }
 
   private fanDurable(topic: Topic, e: ThreadEvent): void {
     topic.delivered = e.sequence;
-    const json = JSON.stringify(e);
-    for (const sub of topic.subscribers) if (sub.view === 'owner') sub.deliver({ kind: 'durable', sequence: e.sequence, json });
+    const frame = outgoing(e);
+    for (const sub of topic.subscribers) if (sub.view === 'owner') sub.deliver(frame);
   }
 }

@@ -241,7 +241,7 @@ export async function threadRoutes(app: App, deps: Deps) {
     },
     async (req, reply) => {
       const { threadId, frame } = req.body;
-      await publishTransient(req.ctx, threadId, frame as typeof frame & { type: string; rolloutId: string });
+      await publishTransient(req.ctx, threadId, frame);
       return reply.status(202).send(ok(req, { accepted: true as const }));
     },
   );

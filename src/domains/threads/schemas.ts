@@ -1,25 +1,9 @@
 import { z } from 'zod';
 import { jsonDepth } from '../../platform/http/json-depth.js';
 import { limitParam, queryBool } from '../../platform/http/pagination.js';
-import { DURABLE_TYPES, TRANSIENT_TYPES } from './frames.js';
+import { EXECUTION_MODES, Thread, ThreadEvent, TransientFrame } from './frames.js';
 
-export const EXECUTION_MODES = ['in_sandbox', 'managed', 'local-desktop'] as const;
-
-export const Thread = z
-  .object({
-    id: z.string().describe('`thr_` prefix'),
-    orgId: z.string(),
-    ownerUserId: z.string().nullable(),
-    agentId: z.string().nullable(),
-    title: z.string().nullable(),
-    executionMode: z.enum(EXECUTION_MODES),
-    archived: z.boolean(),
-    activeRolloutId: z.string().nullable(),
-    createdAt: z.string(),
-    updatedAt: z.string(),
-  })
-  .meta({ id: 'Thread' });
-export type Thread = z.infer<typeof Thread>;
+export { EXECUTION_MODES, Thread } from './frames.js';
 
 export const Rollout = z
   .object({
@@ -41,17 +25,8 @@ export const Rollout = z
   .meta({ id: 'ThreadRollout' });
 export type Rollout = z.infer<typeof Rollout>;
 
-export const ThreadEventSchema = z
-  .object({
-    sequence: z.number().int(),
-    rolloutId: z.string(),
-    threadId: z.string(),
-    runId: z.string().nullable(),
-    type: z.enum(DURABLE_TYPES),
-    payload: z.unknown(),
-    createdAt: z.string(),
-  })
-  .meta({ id: 'ThreadEvent' });
+/** The catalogue's ThreadEvent, named for the API document. */
+export const ThreadEventSchema = ThreadEvent.meta({ id: 'ThreadEvent' });
 
 export const ThreadParams = z.object({ threadId: z.string().min(1).max(100) });
 
@@ -98,23 +73,11 @@ export const CompactResult = z
 /** How deep a frame's JSON may nest; serialising 10,000 levels overflowed the stack (a 500). */
 export const MAX_FRAME_DEPTH = 64;
 
-/** A transient frame from a local-device client. Type-specific fields (e.g. `delta`) travel as given. */
-export const TransientFrame = z
-  .object({
-    type: z.string().refine((t) => (TRANSIENT_TYPES as readonly string[]).includes(t), {
-      message: `must be a transient frame type (${TRANSIENT_TYPES.join(', ')}); durable frames are written by runs, not through this route`,
-    }),
-    runId: z.string().min(1).max(100),
-    rolloutId: z.string().min(1).max(100),
-    messageId: z.string().min(1).max(200).optional(),
-    sequenceNumber: z.number().int().positive(),
-    delta: z.string().optional(),
-  })
-  .passthrough()
-  .superRefine((frame, ctx) => {
-    if (jsonDepth(frame, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH) {
-      ctx.addIssue({ code: 'custom', message: `is nested too deep: at most ${MAX_FRAME_DEPTH} levels of objects and arrays` });
-    }
-  });
+/** A transient frame from a local-device client: the catalogue's transient part, no deeper than MAX_FRAME_DEPTH. */
+export const TransientFrameBody = TransientFrame.superRefine((frame, ctx) => {
+  if (jsonDepth(frame, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH) {
+    ctx.addIssue({ code: 'custom', message: `is nested too deep: at most ${MAX_FRAME_DEPTH} levels of objects and arrays` });
+  }
+});
 
-export const ThreadEventsBody = z.object({ threadId: z.string().min(1).max(100), frame: TransientFrame }).strict();
+export const ThreadEventsBody = z.object({ threadId: z.string().min(1).max(100), frame: TransientFrameBody }).strict();

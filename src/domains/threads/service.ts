@@ -6,7 +6,7 @@ import { decodeCursor, encodeCursor } from '../../platform/http/pagination.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
-import { isDurable, jsonlKey, threadChannel, type BusFrame, type DurableType, type MetadataType, type ThreadEvent } from './frames.js';
+import { DURABLE_TYPES, DurableInput, DurablePayloads, type DurablePayload, jsonlKey, threadChannel, ThreadEvent, TransientFrame, type BusFrame, type DurableFrame, type MetadataFrame } from './frames.js';
 import type { Rollout, Thread } from './schemas.js';
 
 type Row = Selectable<ThreadsTable>;
@@ -131,16 +131,17 @@ function toRollout(r: RolloutRow, s?: { n: number | string; first: unknown; last
   };
 }
 
-function toEvent(r: Selectable<Database['thread_events']>): ThreadEvent {
-  return {
+/** A projected event as the spec's ThreadEvent; its `type` is checked against the catalogue, its payload is as written. */
+export function toEvent(r: Selectable<Database['thread_events']>): ThreadEvent {
+  return ThreadEvent.parse({
     sequence: Number(r.sequence),
     rolloutId: r.rollout_id,
     threadId: r.thread_id,
     runId: r.run_id,
-    type: r.type as DurableType,
+    type: r.type,
     payload: JSON.parse(r.payload),
     createdAt: r.created_at,
-  };
+  });
 }
 
 export async function listEvents(
@@ -175,14 +176,6 @@ export async function eventsAfter(deps: Deps, threadId: string, sequence: number
 
 // ---- the one write path for durable frames ---------------------------------------------------
 
-export interface DurableInput {
-  type: DurableType;
-  runId?: string | null;
-  payload: unknown;
-  /** Default: the thread's active rollout. */
-  rolloutId?: string;
-}
-
 const writers = new Map<string, Promise<unknown>>();
 function inTurn<T>(key: string, fn: () => Promise<T>): Promise<T> {
   const next = (writers.get(key) ?? Promise.resolve()).then(fn, fn);
@@ -202,6 +195,14 @@ async function lockThreadRow(deps: Deps, trx: Trx, threadId: string): Promise<Ro
   return q.executeTakeFirst();
 }
 
+/** Typed already, and checked again: a frame's JSON outlives the code that wrote it (the JSONL is read back by later versions). */
+function checkDurable(frame: DurableInput): DurableInput {
+  const parsed = DurableInput.safeParse(frame);
+  if (parsed.success) return parsed.data;
+  if (!(DURABLE_TYPES as readonly string[]).includes(frame.type)) throw new Error(`${frame.type} is not a durable frame type`);
+  throw new Error(`a ${frame.type} frame does not match the catalogue: ${parsed.error.issues.map((i) => `${i.path.join('.')} ${i.message}`).join('; ')}`);
+}
+
 /**
  * Appends durable frames to a thread: each gets the thread's next sequence, all are appended to the
  * thread's JSONL (the source of truth, one fsync) and projected into SQL in one transaction, then published
@@ -212,9 +213,9 @@ export async function appendDurable(
   deps: Deps,
   threadId: string,
   frames: DurableInput[],
-  opts: { extra?: (trx: Trx, events: ThreadEvent[]) => Promise<void>; touch?: boolean } = {},
-): Promise<ThreadEvent[]> {
-  for (const f of frames) if (!isDurable(f.type)) throw new Error(`${f.type} is not a durable frame type`);
+  opts: { extra?: (trx: Trx, events: DurableFrame[]) => Promise<void>; touch?: boolean } = {},
+): Promise<DurableFrame[]> {
+  const inputs = frames.map(checkDurable);
   return inTurn(threadId, async () => {
     const events = await deps.db.kysely.transaction().execute(async (trx) => {
       let row = await lockThreadRow(deps, trx, threadId);
@@ -223,13 +224,12 @@ export async function appendDurable(
       const key = jsonlKey(row.org_id, row.id);
       const now = nowIso();
       let seq = row.last_sequence;
-      const events: ThreadEvent[] = frames.map((f) => ({
+      const events: DurableFrame[] = inputs.map((f) => ({
+        ...f,
         sequence: ++seq,
         rolloutId: f.rolloutId ?? row!.active_rollout_id ?? '',
         threadId: row!.id,
         runId: f.runId ?? null,
-        type: f.type,
-        payload: f.payload ?? null,
         createdAt: now,
       }));
       const text = events.map((e) => `${JSON.stringify(e)}\n`).join('');
@@ -246,7 +246,7 @@ export async function appendDurable(
       await opts.extra?.(trx, events);
       return events;
     });
-    for (const event of events) await deps.bus.publish(threadChannel(threadId), { kind: 'durable', event } satisfies BusFrame);
+    for (const event of events) await publishFrame(deps, threadId, event);
     return events;
   });
 }
@@ -283,8 +283,8 @@ async function repairTail(deps: Deps, trx: Trx, row: Row): Promise<Row> {
 function parseLine(line: string): ThreadEvent | null {
   if (!line.trim()) return null;
   try {
-    const e = JSON.parse(line) as ThreadEvent;
-    return typeof e.sequence === 'number' && typeof e.type === 'string' ? e : null;
+    const e = ThreadEvent.safeParse(JSON.parse(line));
+    return e.success ? e.data : null;
   } catch {
     return null; // a torn line
   }
@@ -298,7 +298,7 @@ async function projectEvent(trx: Trx, e: ThreadEvent): Promise<void> {
     .onConflict((oc) => oc.columns(['thread_id', 'sequence']).doNothing())
     .execute();
   if (e.type === 'compaction_completed') {
-    const p = e.payload as { rolloutId: string; fromRolloutId: string; position: number; summary: string; summaryMethod: 'extractive' | 'model'; summaryModel?: string | null };
+    const p = DurablePayloads.compaction_completed.parse(e.payload);
     const exists = await trx.selectFrom('thread_rollouts').select('id').where('id', '=', p.rolloutId).executeTakeFirst();
     if (!exists) {
       await trx.updateTable('thread_rollouts').set({ status: 'closed', closed_at: e.createdAt }).where('id', '=', p.fromRolloutId).execute();
@@ -365,8 +365,13 @@ export async function repairAll(deps: Deps): Promise<number> {
 
 // ---- metadata changes ------------------------------------------------------------------------
 
-async function publishMeta(deps: Deps, threadId: string, frame: Record<string, unknown> & { type: MetadataType }): Promise<void> {
-  await deps.bus.publish(threadChannel(threadId), { kind: 'meta', frame } satisfies BusFrame);
+/** Every frame reaches the thread's subscribers (on every replica) through here. */
+async function publishFrame(deps: Deps, threadId: string, frame: BusFrame): Promise<void> {
+  await deps.bus.publish(threadChannel(threadId), frame);
+}
+
+async function publishMeta(deps: Deps, threadId: string, frame: MetadataFrame): Promise<void> {
+  await publishFrame(deps, threadId, frame);
 }
 
 function threadActivity(ctx: Ctx, row: Row, eventType: string, title: string, metadata: Record<string, unknown> = {}) {
@@ -410,14 +415,29 @@ export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
 
 // ---- transient frames ------------------------------------------------------------------------
 
-/** Fans a transient frame out to the thread's subscribers: not stored, no sequence, no timestamps touched. */
-export async function publishTransient(ctx: Ctx, threadId: string, frame: Record<string, unknown> & { type: string; rolloutId: string }): Promise<void> {
+export type TransientPublisher = (frame: TransientFrame) => Promise<void>;
+
+/**
+ * Opens a thread's rollout for transient frames, once: only the thread's owner may, and only on a rollout of
+ * the thread. The publisher fans each frame out to the thread's subscribers: not stored, no sequence, no
+ * timestamps touched. Local-device clients (POST /v1/thread-events) and runs publish through here alike.
+ */
+export async function transientPublisher(ctx: Ctx, threadId: string, rolloutId: string): Promise<TransientPublisher> {
   const row = await ownThread(ctx, threadId, 'publish frames to it');
-  const rollout = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', frame.rolloutId).executeTakeFirst();
+  const rollout = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', rolloutId).executeTakeFirst();
   if (!rollout) throw errors.invalidField('frame.rolloutId', `is not a rollout of thread ${threadId}`);
-  // `sequence` marks durable frames on the wire; a transient frame never carries one.
-  const { sequence: _ignored, ...fields } = frame as Record<string, unknown>;
-  await ctx.deps.bus.publish(threadChannel(threadId), { kind: 'transient', frame: { ...fields, threadId } } as unknown as BusFrame);
+  const { deps } = ctx;
+  return async (frame) => {
+    if (frame.rolloutId !== rolloutId) throw errors.invalidField('frame.rolloutId', `is not rollout ${rolloutId}, the one this publisher was opened for`);
+    // `sequence` marks durable frames on the wire; a transient frame never carries one.
+    const { sequence: _ignored, ...fields } = frame;
+    await publishFrame(deps, threadId, TransientFrame.parse({ ...fields, threadId }));
+  };
+}
+
+/** One transient frame (see `transientPublisher`). */
+export async function publishTransient(ctx: Ctx, threadId: string, frame: TransientFrame): Promise<void> {
+  await (await transientPublisher(ctx, threadId, frame.rolloutId))(frame);
 }
 
 // ---- one active run per thread ---------------------------------------------------------------
@@ -528,7 +548,7 @@ export async function compactThread(
     const previous = (await ctx.deps.db.kysely.selectFrom('thread_events').selectAll().where('thread_id', '=', id).where('rollout_id', '=', from).orderBy('sequence').execute()).map(toEvent);
     const byModel = summarize ? await summarize(previous).catch(() => null) : null;
     const summary = byModel?.summary ?? extractiveSummary(previous.filter((e) => e.type !== 'compaction_started'));
-    const method = byModel ? 'model' : 'extractive';
+    const method: DurablePayload<'compaction_completed'>['summaryMethod'] = byModel ? 'model' : 'extractive';
     const position = (await ctx.deps.db.kysely.selectFrom('thread_rollouts').select((eb) => eb.fn.max('position').as('p')).where('thread_id', '=', id).executeTakeFirst())?.p;
     const rolloutId = prefixedId('rol');
     const payload = { rolloutId, fromRolloutId: from, position: Number(position ?? 0) + 1, summary, summaryMethod: method, summaryModel: byModel?.model ?? null };

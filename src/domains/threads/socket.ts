@@ -1,9 +1,10 @@
 import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import type { Ctx, Deps, Principal } from '../../platform/context.js';
-import type { AppError } from '../../platform/http/errors.js';
-import type { ThreadHub, OutgoingFrame, Subscriber } from './hub.js';
-import { activeRun, eventsAfter, findThread, toThread } from './service.js';
+import { AppError } from '../../platform/http/errors.js';
+import { PROTOCOL_VERSION, type SnapshotFrame } from './frames.js';
+import { outgoing, type ThreadHub, type OutgoingFrame, type Subscriber } from './hub.js';
+import { activeRun, eventsAfter, findThread, toEvent, toThread } from './service.js';
 
 /** Close codes (4000–4999 are the application's). */
 export const CLOSE = {
@@ -17,7 +18,6 @@ export const CLOSE = {
   resume: 4409,
 } as const;
 
-export const PROTOCOL_VERSION = 1;
 /** Above this many unsent bytes transient frames are dropped; above HARD a durable frame closes the socket with CLOSE.resume. */
 const SOFT_BYTES = 256 * 1024;
 const HARD_BYTES = 4 * 1024 * 1024;
@@ -144,10 +144,10 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
   const thread = toThread(fresh);
 
   if (view === 'metadata') {
-    send({ kind: 'meta', json: JSON.stringify({ type: 'snapshot', protocol_version: PROTOCOL_VERSION, view, thread }) });
+    send(outgoing({ type: 'snapshot', protocol_version: PROTOCOL_VERSION, view, thread }));
   } else {
     const resync = lastSequence !== null && mark - lastSequence > MAX_REPLAY;
-    const snapshot: Record<string, unknown> = {
+    const snapshot: SnapshotFrame = {
       type: 'snapshot',
       protocol_version: PROTOCOL_VERSION,
       view,
@@ -165,16 +165,16 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
         .orderBy('sequence', 'desc')
         .limit(SNAPSHOT_EVENTS)
         .execute();
-      snapshot.events = recent.reverse().map((r) => ({ sequence: Number(r.sequence), rolloutId: r.rollout_id, threadId: r.thread_id, runId: r.run_id, type: r.type, payload: JSON.parse(r.payload), createdAt: r.created_at }));
+      snapshot.events = recent.reverse().map(toEvent);
       if (resync) snapshot.resync = true;
     }
-    send({ kind: 'meta', json: JSON.stringify(snapshot) });
+    send(outgoing(snapshot));
     lastSent = mark;
     if (lastSequence !== null && !resync && lastSequence < mark) {
       for (let after = lastSequence; after < mark && !closed; ) {
         const page = await eventsAfter(deps, threadId, after, mark, REPLAY_PAGE);
         if (!page.length) break;
-        for (const e of page) send({ kind: 'durable', sequence: e.sequence, json: JSON.stringify(e) });
+        for (const e of page) send(outgoing(e));
         after = page[page.length - 1]!.sequence;
       }
     }

@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, testDatabaseUrl, type Actor, type Harness } from '../../../test/harness.js';
 import { ALL_SCOPES } from '../../platform/scopes.js';
@@ -212,6 +212,34 @@ describe('thread WebSocket', () => {
         expect(client.frames.slice(1).every((f) => typeof f.sequence === 'number')).toBe(true);
         expect(client.durable().map((f) => f.sequence)).toEqual(range(from + 1, 200));
         expect(client.durable()).toEqual(stored.slice(from));
+      }
+    });
+
+    it('a malformed frame on the bus (another replica’s older format, a wrong field, not JSON) is dropped with a log line; the hub keeps going', async () => {
+      const t = await createThread(h, owner);
+      const c = await server.connect(t.id, { api_key: owner.key });
+      const warn = vi.spyOn(h.deps.log, 'warn');
+      try {
+        const valid = { ...transient(t.activeRolloutId, { delta: 'ok' }), threadId: t.id };
+        const malformed: unknown[] = [
+          { kind: 'transient', frame: valid }, // the envelope replicas published before the catalogue
+          { ...valid, runId: 7 },
+          { ...valid, type: 'assistant_message_typo' },
+          { type: 'user_message', threadId: t.id, rolloutId: t.activeRolloutId, runId: null, payload: { text: 'no sequence' }, createdAt: 'x' },
+          'not json at all',
+        ];
+        for (const m of malformed) await h.deps.bus.publish(threadChannel(t.id), m);
+        await h.deps.bus.publish(threadChannel(t.id), valid);
+        await appendDurable(h.deps, t.id, messages(1));
+        await until(() => c.lastSequence() === 1, 'the durable frame after the malformed ones');
+
+        expect(c.frames.map((f) => f.type)).toEqual(['snapshot', 'assistant_message_delta', 'user_message']);
+        expect(c.frames[1]).toEqual(valid);
+        const dropped = warn.mock.calls.filter(([, msg]) => msg === 'dropped a malformed thread frame from the bus');
+        expect(dropped).toHaveLength(malformed.length);
+        expect(dropped[0]![0]).toMatchObject({ threadId: t.id });
+      } finally {
+        warn.mockRestore();
       }
     });
 
@@ -487,7 +515,7 @@ describe('thread WebSocket', () => {
 
       for (let i = 0; i < TRANSIENT; i++) {
         if (i % (TRANSIENT / DURABLE) === 0) await appendDurable(h.deps, t.id, messages(1, `d${i}`));
-        await h.deps.bus.publish(threadChannel(t.id), { kind: 'transient', frame: { ...transient(t.activeRolloutId, { index: i, delta }), threadId: t.id } });
+        await h.deps.bus.publish(threadChannel(t.id), { ...transient(t.activeRolloutId, { index: i, delta }), threadId: t.id });
         for (const s of wss.clients) maxUnsent = Math.max(maxUnsent, s.bufferedAmount);
         // The fast reader is in this process too: let it read as a reader on another machine would.
         await fast.waitFor(() => fastDeltas > i - 4, 'the fast reader to keep up');
@@ -532,7 +560,7 @@ describe('thread WebSocket', () => {
       const serverSide = [...wss.clients].find((s) => !others.has(s))!;
       (slow.ws as unknown as { _socket: { pause(): void } })._socket.pause();
       // 640 KiB a batch until the server gives up on the paused socket (how much the kernel buffers varies by host).
-      const big = (n: number): DurableInput[] => Array.from({ length: n }, () => ({ type: 'tool_result', payload: { output: 'y'.repeat(32 * 1024) } }));
+      const big = (n: number): DurableInput[] => Array.from({ length: n }, () => ({ type: 'tool_result', payload: { toolCallId: 'call_big', name: 'exec_command', output: 'y'.repeat(32 * 1024), isError: false } }));
       let total = 0;
       while (serverSide.readyState === WebSocket.OPEN && total < 4000) total += (await appendDurable(h.deps, t.id, big(20))).length;
       expect(serverSide.readyState).not.toBe(WebSocket.OPEN);
@@ -590,7 +618,7 @@ function startReplicaWriter(env: Record<string, string>, threadId: string, calls
     console.log('ready');
     let n = 0;
     for (let i = 0; i < ${calls}; i++) {
-      const frames = Array.from({ length: 1 + (i % 5) }, (_, j) => ({ type: 'tool_result', runId: 'run_third', payload: { call: i, part: j } }));
+      const frames = Array.from({ length: 1 + (i % 5) }, (_, j) => ({ type: 'tool_result', runId: 'run_third', payload: { toolCallId: 'call_' + i + '_' + j, name: 'exec_command', output: '', isError: false } }));
       n += (await appendDurable(deps, ${JSON.stringify(threadId)}, frames)).length;
     }
     await closeDeps(deps);

@@ -385,7 +385,7 @@ describe('threads', () => {
     it('keeps the JSONL in the blob store, one JSON line per event, equal to what the API lists', async () => {
       const t = await createThread(owner);
       await appendDurable(h.deps, t.id, messages(2));
-      await appendDurable(h.deps, t.id, [{ type: 'tool_call', runId: 'run_x', payload: { name: 'search', args: { q: 'line\nbreak' } } }]);
+      await appendDurable(h.deps, t.id, [{ type: 'tool_call', runId: 'run_x', payload: { toolCallId: 'call_1', name: 'search', input: { q: 'line\nbreak' } } }]);
       const text = readFileSync(jsonlPath(t), 'utf8');
       expect(text.endsWith('\n')).toBe(true);
       const lines = text.trimEnd().split('\n');
@@ -395,7 +395,7 @@ describe('threads', () => {
 
     it('refuses a frame type that is not durable', async () => {
       const t = await createThread(owner);
-      await expect(appendDurable(h.deps, t.id, [{ type: 'assistant_message_delta' as never, payload: {} }])).rejects.toThrow(/not a durable frame type/);
+      await expect(appendDurable(h.deps, t.id, [{ type: 'assistant_message_delta', payload: {} } as never])).rejects.toThrow(/not a durable frame type/);
       expect((await listEvents(owner, t.id)).data.events).toEqual([]);
     });
   });
@@ -413,7 +413,7 @@ describe('threads', () => {
       await appendDurable(h.deps, t.id, [
         { type: 'user_message', payload: { text: 'Book a flight to Lisbon' } },
         { type: 'assistant_message', payload: { text: 'Which dates?' } },
-        { type: 'tool_call', payload: { name: 'search' } },
+        { type: 'tool_call', payload: { toolCallId: 'call_1', name: 'search', input: {} } },
         { type: 'user_message', payload: { text: 'The first week of May' } },
       ]);
       const res = await inject(owner, 'POST', `/v1/threads/${t.id}/compact`, { reason: 'long thread' });

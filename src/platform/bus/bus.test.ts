@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { testRedisUrl } from '../../../test/harness.js';
-import { MemoryBus, RedisBus, type Bus } from './index.js';
+import { z } from 'zod';
+import { MemoryBus, RedisBus, subscribeParsed, type Bus } from './index.js';
 
 function contract(make: () => Bus) {
   it('delivers to every subscriber of a channel, in order, and stops after unsubscribe', async () => {
@@ -43,6 +44,22 @@ describe('in-process bus', () => {
     await bus.publish('c', msg);
     msg.n = 2;
     expect(seen[0]).toEqual({ n: 1 });
+  });
+});
+
+describe('subscribeParsed', () => {
+  it('hands the handler only messages its schema accepts, parsed; the rest go to onInvalid', async () => {
+    const bus = new MemoryBus();
+    const got: { n: number }[] = [];
+    const invalid: unknown[] = [];
+    await subscribeParsed(bus, 'c', z.object({ n: z.number() }), (m) => got.push(m), (error, m) => invalid.push([error.issues[0]?.path, m]));
+    await bus.publish('c', { n: 1, extra: true });
+    await bus.publish('c', { n: 'one' });
+    await bus.publish('c', 'text');
+    await bus.publish('c', { n: 2 });
+    expect(got).toEqual([{ n: 1 }, { n: 2 }]);
+    expect(invalid).toEqual([[['n'], { n: 'one' }], [[], 'text']]);
+    await bus.close();
   });
 });
 

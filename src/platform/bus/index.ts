@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { Redis } from 'ioredis';
+import type { z } from 'zod';
 
 export type BusHandler = (message: unknown) => void;
 
@@ -44,7 +45,7 @@ export class RedisBus implements Bus {
     this.sub.on('message', (channel: string, raw: string) => {
       const set = this.handlers.get(channel.slice(this.prefix.length));
       if (!set) return;
-      const message = JSON.parse(raw);
+      const message = parseJson(raw);
       for (const h of set) h(message);
     });
   }
@@ -80,6 +81,34 @@ export class RedisBus implements Bus {
   }
 }
 
+/** Not JSON (another program on the channel): handed over as the text, for the subscriber's schema to refuse. */
+function parseJson(raw: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return raw;
+  }
+}
+
 export function createBus(redisUrl: string | undefined, prefix?: string): Bus {
   return redisUrl ? new RedisBus(redisUrl, prefix) : new MemoryBus();
+}
+
+/**
+ * Subscribes with a schema: the handler gets only messages the schema accepts, parsed; any other (another
+ * replica's older format, another program's message) goes to `onInvalid` and no further. What arrives on a
+ * channel is input like any other: a replica cannot trust another replica's code version.
+ */
+export function subscribeParsed<S extends z.ZodType>(
+  bus: Bus,
+  channel: string,
+  schema: S,
+  handler: (message: z.output<S>) => void,
+  onInvalid: (error: z.ZodError, message: unknown) => void,
+): Promise<() => Promise<void>> {
+  return bus.subscribe(channel, (message) => {
+    const parsed = schema.safeParse(message);
+    if (parsed.success) handler(parsed.data);
+    else onInvalid(parsed.error, message);
+  });
 }
