@@ -12,3 +12,4 @@ export {
   type DurableInput,
 } from './service.js';
 export { DURABLE_TYPES, TRANSIENT_TYPES, threadChannel, type BusFrame, type ThreadEvent } from './frames.js';
+export { EXECUTION_MODES } from './schemas.js';
