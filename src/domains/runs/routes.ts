@@ -79,4 +79,3 @@ export async function runRoutes(app: App, _deps: Deps) {
     async (req) => ok(req, await cancelRun(req.ctx, req.params.runId)),
   );
 }
-import { findThread } from '../threads/service.js'; void findThread;
