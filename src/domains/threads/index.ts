@@ -13,3 +13,4 @@ export {
 } from './service.js';
 export { DURABLE_TYPES, TRANSIENT_TYPES, threadChannel, type BusFrame, type ThreadEvent } from './frames.js';
 export { EXECUTION_MODES } from './schemas.js';
+export { threadHistory, type HistoryMessage } from './history.js';
