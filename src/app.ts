@@ -10,9 +10,9 @@ import { modelRoutes } from './domains/models/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
 import { runRoutes } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
-import { sandboxRoutes } from './domains/sandboxes/index.js';
+import { sandboxRoutes, sandboxUsingTemplate } from './domains/sandboxes/index.js';
 import { storageRoutes } from './domains/storage/index.js';
-import { templateRoutes } from './domains/templates/index.js';
+import { setTemplateUseCheck, templateRoutes } from './domains/templates/index.js';
 import { threadRoutes } from './domains/threads/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
@@ -98,6 +98,8 @@ export async function closeDeps(deps: Deps): Promise<void> {
 /** Builds the HTTP app for the configured services on the given collaborators. */
 export async function buildApp(deps: Deps): Promise<App> {
   const app = await createServer(deps, createAuthenticator(deps));
+  // Templates ask the sandboxes domain (which owns the sandboxes table) whether a template is still in use.
+  setTemplateUseCheck(sandboxUsingTemplate);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());
