@@ -1,4 +1,4 @@
-import { exec, type Ctx } from '../../platform/context.js';
+import { exec, type Ctx, type Deps } from '../../platform/context.js';
 import { nowIso } from '../../platform/ids.js';
 
 /**
@@ -50,4 +50,14 @@ export async function revokeMemberKeys(ctx: Ctx, org: string, userId: string): P
     .where('revoked_at', 'is', null)
     .executeTakeFirst();
   return Number(result.numUpdatedRows);
+}
+
+/** True once the database has any user (the CLI's `init` refuses to run twice). */
+export async function hasUsers(deps: Deps): Promise<boolean> {
+  return Boolean(await deps.db.kysely.selectFrom('users').select('id').limit(1).executeTakeFirst());
+}
+
+/** True when the user exists (the CLI's `token --user`). */
+export async function userExists(deps: Deps, userId: string): Promise<boolean> {
+  return Boolean(await deps.db.kysely.selectFrom('users').select('id').where('id', '=', userId).executeTakeFirst());
 }

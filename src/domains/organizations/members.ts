@@ -1,4 +1,4 @@
-import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { exec, orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import type { Role } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
@@ -135,4 +135,17 @@ export async function removeMember(ctx: Ctx, id: string, userId: string): Promis
     });
   });
   await ctx.deps.live.publish({ kind: 'membership', userId, orgId: org, removed: true });
+}
+
+/**
+ * The oldest membership matching the filter, for the CLI acting as a member (`keys create`): of the given
+ * organization and/or user, or else the first admin's. Undefined when none matches.
+ */
+export async function firstMembership(deps: Deps, filter: { orgId?: string; userId?: string }): Promise<{ orgId: string; userId: string; role: Role } | undefined> {
+  let q = deps.db.kysely.selectFrom('memberships').select(['org_id', 'user_id', 'role']).orderBy('created_at');
+  if (filter.orgId) q = q.where('org_id', '=', filter.orgId);
+  if (filter.userId) q = q.where('user_id', '=', filter.userId);
+  else q = q.where('role', '=', 'admin');
+  const m = await q.executeTakeFirst();
+  return m && { orgId: m.org_id, userId: m.user_id, role: m.role as Role };
 }

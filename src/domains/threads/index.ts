@@ -14,3 +14,4 @@ export {
 export { DURABLE_TYPES, TRANSIENT_TYPES, threadChannel, type BusFrame, type ThreadEvent } from './frames.js';
 export { EXECUTION_MODES } from './schemas.js';
 export { threadHistory, type HistoryMessage } from './history.js';
+export { allThreadIds } from './maintenance.js';
