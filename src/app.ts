@@ -19,13 +19,11 @@ import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
 import { openDb } from './platform/db/index.js';
 import { migrateToLatest } from './platform/db/migrate.js';
+import { ensureInstallId } from './platform/db/settings.js';
 import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
-import { base62 } from './platform/ids.js';
 import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
-import type { Kysely } from 'kysely';
-import type { Database } from './database.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
@@ -74,18 +72,6 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     installId,
     live: new LiveCredentials(bus, logger),
   };
-}
-
-/** The installation's id, made once: it keeps this installation's containers apart from another's on a shared host. */
-async function ensureInstallId(db: Kysely<Database>): Promise<string> {
-  const row = await db.selectFrom('system_settings').select('value').where('key', '=', 'install_id').executeTakeFirst();
-  if (row) return row.value;
-  await db
-    .insertInto('system_settings')
-    .values({ key: 'install_id', value: `i${base62(11).toLowerCase()}` })
-    .onConflict((oc) => oc.column('key').doNothing())
-    .execute();
-  return (await db.selectFrom('system_settings').select('value').where('key', '=', 'install_id').executeTakeFirstOrThrow()).value;
 }
 
 export async function closeDeps(deps: Deps): Promise<void> {
