@@ -19,6 +19,13 @@ module.exports = {
       },
     },
     {
+      name: 'entry-imports-domain-internals',
+      comment: "The composition root and the CLI (src/*.ts) use a domain only through its index.ts, like other domains do.",
+      severity: 'error',
+      from: { path: '^src/[^/]+\\.ts$' },
+      to: { path: '^src/domains/[^/]+/', pathNot: '^src/domains/[^/]+/index\\.ts$' },
+    },
+    {
       name: 'platform-imports-domain',
       comment: 'src/platform/ is shared infrastructure below the domains; it must not depend on any of them.',
       severity: 'error',
