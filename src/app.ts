@@ -10,22 +10,20 @@ import { modelRoutes } from './domains/models/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
 import { runRoutes } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
-import { sandboxRoutes } from './domains/sandboxes/index.js';
+import { sandboxRoutes, sandboxUsingTemplate } from './domains/sandboxes/index.js';
 import { storageRoutes } from './domains/storage/index.js';
-import { templateRoutes } from './domains/templates/index.js';
+import { setTemplateUseCheck, templateRoutes } from './domains/templates/index.js';
 import { threadRoutes } from './domains/threads/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
 import { openDb } from './platform/db/index.js';
 import { migrateToLatest } from './platform/db/migrate.js';
+import { ensureInstallId } from './platform/db/settings.js';
 import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
-import { base62 } from './platform/ids.js';
 import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
-import type { Kysely } from 'kysely';
-import type { Database } from './database.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
@@ -76,18 +74,6 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
   };
 }
 
-/** The installation's id, made once: it keeps this installation's containers apart from another's on a shared host. */
-async function ensureInstallId(db: Kysely<Database>): Promise<string> {
-  const row = await db.selectFrom('system_settings').select('value').where('key', '=', 'install_id').executeTakeFirst();
-  if (row) return row.value;
-  await db
-    .insertInto('system_settings')
-    .values({ key: 'install_id', value: `i${base62(11).toLowerCase()}` })
-    .onConflict((oc) => oc.column('key').doNothing())
-    .execute();
-  return (await db.selectFrom('system_settings').select('value').where('key', '=', 'install_id').executeTakeFirstOrThrow()).value;
-}
-
 export async function closeDeps(deps: Deps): Promise<void> {
   await deps.sandboxes.close();
   await deps.live.stop();
@@ -98,6 +84,8 @@ export async function closeDeps(deps: Deps): Promise<void> {
 /** Builds the HTTP app for the configured services on the given collaborators. */
 export async function buildApp(deps: Deps): Promise<App> {
   const app = await createServer(deps, createAuthenticator(deps));
+  // Templates ask the sandboxes domain (which owns the sandboxes table) whether a template is still in use.
+  setTemplateUseCheck(sandboxUsingTemplate);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());

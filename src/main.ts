@@ -1,9 +1,9 @@
 import { parseArgs } from 'node:util';
 import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { createApiKey, createUser, issueSessionToken } from './domains/identity/index.js';
-import { createOrganization } from './domains/organizations/index.js';
-import { rebuildThread } from './domains/threads/index.js';
+import { createApiKey, createUser, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
+import { createOrganization, firstMembership } from './domains/organizations/index.js';
+import { allThreadIds, rebuildThread } from './domains/threads/index.js';
 import { systemCtx, type Deps } from './platform/context.js';
 import { AppError } from './platform/http/errors.js';
 import { ROLE_SCOPES, type Role } from './platform/scopes.js';
@@ -64,8 +64,7 @@ async function serve(config: Config) {
 
 async function init(config: Config, opts: { json: boolean; email?: string; name?: string; org?: string }) {
   await withDeps(config, async (deps) => {
-    const existing = await deps.db.kysely.selectFrom('users').select('id').limit(1).executeTakeFirst();
-    if (existing) {
+    if (await hasUsers(deps)) {
       throw new CliError('already initialized: this database has users. Nothing was changed. Use `hangar keys create` for another key.');
     }
     const result = await deps.db.kysely.transaction().execute(async (trx) => {
@@ -92,21 +91,16 @@ async function keysCreate(config: Config, opts: { scopes?: string; name?: string
   if (!opts.scopes) throw new CliError('keys create needs --scopes (comma-separated, e.g. agent:read,agent:run or *)');
   if (opts.env && opts.env !== 'live' && opts.env !== 'test') throw new CliError('--env must be live or test');
   await withDeps(config, async (deps) => {
-    const db = deps.db.kysely;
-    let q = db.selectFrom('memberships').select(['org_id', 'user_id', 'role']).orderBy('created_at');
-    if (opts.org) q = q.where('org_id', '=', opts.org);
-    if (opts.user) q = q.where('user_id', '=', opts.user);
-    else q = q.where('role', '=', 'admin');
-    const m = await q.executeTakeFirst();
+    const m = await firstMembership(deps, { orgId: opts.org, userId: opts.user });
     if (!m) throw new CliError(opts.org || opts.user ? 'no such membership (--org/--user)' : 'no organization yet: run `hangar init` first');
-    const role = m.role as Role;
-    const ctx = systemCtx(deps, { userId: m.user_id, orgId: m.org_id, role, scopes: ROLE_SCOPES[role], apiKeyId: null });
+    const role = m.role;
+    const ctx = systemCtx(deps, { userId: m.userId, orgId: m.orgId, role, scopes: ROLE_SCOPES[role], apiKeyId: null });
     const key = await createApiKey(ctx, {
       name: opts.name ?? 'created by hangar keys create',
       scopes: opts.scopes!.split(',').map((s) => s.trim()).filter(Boolean),
       environment: (opts.env as 'live' | 'test') ?? 'live',
     });
-    if (opts.json) console.log(JSON.stringify({ id: key.id, orgId: m.org_id, userId: m.user_id, apiKey: key.key, scopes: key.scopes }));
+    if (opts.json) console.log(JSON.stringify({ id: key.id, orgId: m.orgId, userId: m.userId, apiKey: key.key, scopes: key.scopes }));
     else console.log(key.key);
   });
 }
@@ -116,9 +110,8 @@ async function token(config: Config, opts: { user?: string; ttl?: string }) {
   const ttl = opts.ttl ? Number(opts.ttl) : undefined;
   if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 60)) throw new CliError('--ttl must be a whole number of seconds, at least 60');
   await withDeps(config, async (deps) => {
-    const user = await deps.db.kysely.selectFrom('users').select(['id', 'idp_issuer']).where('id', '=', opts.user!).executeTakeFirst();
-    if (!user) throw new CliError(`no user ${opts.user}`);
-    console.log(await issueSessionToken(config, user.id, ttl));
+    if (!(await userExists(deps, opts.user!))) throw new CliError(`no user ${opts.user}`);
+    console.log(await issueSessionToken(config, opts.user!, ttl));
   });
 }
 
@@ -127,7 +120,7 @@ async function threadsRebuild(config: Config, opts: { thread?: string; json: boo
   await withDeps(config, async (deps) => {
     const ids = opts.thread
       ? [opts.thread]
-      : (await deps.db.kysely.selectFrom('threads').select('id').orderBy('created_at').execute()).map((r) => r.id);
+      : await allThreadIds(deps);
     const results = [];
     for (const id of ids) results.push({ threadId: id, ...(await rebuildThread(deps, id)) });
     if (opts.json) console.log(JSON.stringify(results));

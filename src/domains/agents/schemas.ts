@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { EXECUTION_MODES } from '../threads/schemas.js';
+import { EXECUTION_MODES } from '../threads/index.js';
 
 /** The tools an agent can be given (the spec's example list). Sandbox tools need `in_sandbox`. */
 export const AGENT_TOOLS = ['exec_command', 'write_stdin', 'apply_patch', 'view_image', 'web_search'] as const;

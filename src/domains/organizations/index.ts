@@ -1,2 +1,3 @@
 export { addMember, createOrganization, getMe, listMyOrganizations } from './service.js';
 export { organizationRoutes } from './routes.js';
+export { firstMembership } from './members.js';

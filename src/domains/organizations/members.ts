@@ -1,9 +1,8 @@
-import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { exec, orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
-import { nowIso } from '../../platform/ids.js';
 import type { Role } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
-import { INVITED_ISSUER, userForEmail } from '../identity/index.js';
+import { INVITED_ISSUER, revokeMemberKeys, userForEmail, userProfiles } from '../identity/index.js';
 import type { Member } from './schemas.js';
 import { addMember } from './service.js';
 
@@ -17,15 +16,29 @@ function sameOrg(ctx: Ctx, id: string): string {
   return org;
 }
 
-function membersQuery(ctx: Ctx, org: string) {
-  return exec(ctx)
-    .selectFrom('memberships as m')
-    .innerJoin('users as u', 'u.id', 'm.user_id')
-    .select(['m.user_id', 'm.role', 'm.created_at', 'u.email', 'u.name', 'u.idp_issuer'])
-    .where('m.org_id', '=', org);
+function membershipsQuery(ctx: Ctx, org: string) {
+  return exec(ctx).selectFrom('memberships as m').select(['m.user_id', 'm.role', 'm.created_at']).where('m.org_id', '=', org);
 }
 
-type MemberRow = Awaited<ReturnType<ReturnType<typeof membersQuery>['executeTakeFirstOrThrow']>>;
+/** A membership with its user's profile (read through identity, which owns users). */
+interface MemberRow {
+  user_id: string;
+  role: string;
+  created_at: string;
+  email: string | null;
+  name: string | null;
+  idp_issuer: string;
+}
+
+async function withProfiles(ctx: Ctx, rows: { user_id: string; role: string; created_at: string }[]): Promise<MemberRow[]> {
+  const profiles = await userProfiles(ctx, rows.map((r) => r.user_id));
+  const out: MemberRow[] = [];
+  for (const r of rows) {
+    const p = profiles.get(r.user_id);
+    if (p) out.push({ ...r, email: p.email, name: p.name, idp_issuer: p.idpIssuer });
+  }
+  return out;
+}
 
 function toMember(r: MemberRow): Member {
   return { userId: r.user_id, email: r.email, name: r.name, role: r.role as Role, joinedAt: r.created_at, invited: r.idp_issuer === INVITED_ISSUER };
@@ -33,8 +46,8 @@ function toMember(r: MemberRow): Member {
 
 export async function listMembers(ctx: Ctx, id: string): Promise<Member[]> {
   const org = sameOrg(ctx, id);
-  const rows = await membersQuery(ctx, org).orderBy('m.created_at').orderBy('m.user_id').execute();
-  return rows.map(toMember);
+  const rows = await membershipsQuery(ctx, org).orderBy('m.created_at').orderBy('m.user_id').execute();
+  return (await withProfiles(ctx, rows)).map(toMember);
 }
 
 /**
@@ -48,7 +61,8 @@ async function lockOrg(ctx: Ctx, org: string): Promise<void> {
 }
 
 async function findMember(ctx: Ctx, org: string, userId: string): Promise<MemberRow> {
-  const row = await membersQuery(ctx, org).where('m.user_id', '=', userId).executeTakeFirst();
+  const membership = await membershipsQuery(ctx, org).where('m.user_id', '=', userId).executeTakeFirst();
+  const [row] = membership ? await withProfiles(ctx, [membership]) : [];
   if (!row) throw errors.notFound('member', userId);
   return row;
 }
@@ -112,19 +126,26 @@ export async function removeMember(ctx: Ctx, id: string, userId: string): Promis
     const member = await findMember(tx, org, userId);
     await refuseLastAdmin(tx, org, member, 'remove');
     await exec(tx).deleteFrom('memberships').where('org_id', '=', org).where('user_id', '=', userId).execute();
-    const revoked = await exec(tx)
-      .updateTable('api_keys')
-      .set({ revoked_at: nowIso() })
-      .where('org_id', '=', org)
-      .where('user_id', '=', userId)
-      .where('revoked_at', 'is', null)
-      .executeTakeFirst();
+    const revoked = await revokeMemberKeys(tx, org, userId);
     await memberActivity(tx, org, 'member.removed', `${member.email ?? userId} removed`, {
       userId,
       email: member.email,
       role: member.role,
-      revokedApiKeys: Number(revoked.numUpdatedRows),
+      revokedApiKeys: revoked,
     });
   });
   await ctx.deps.live.publish({ kind: 'membership', userId, orgId: org, removed: true });
+}
+
+/**
+ * The oldest membership matching the filter, for the CLI acting as a member (`keys create`): of the given
+ * organization and/or user, or else the first admin's. Undefined when none matches.
+ */
+export async function firstMembership(deps: Deps, filter: { orgId?: string; userId?: string }): Promise<{ orgId: string; userId: string; role: Role } | undefined> {
+  let q = deps.db.kysely.selectFrom('memberships').select(['org_id', 'user_id', 'role']).orderBy('created_at');
+  if (filter.orgId) q = q.where('org_id', '=', filter.orgId);
+  if (filter.userId) q = q.where('user_id', '=', filter.userId);
+  else q = q.where('role', '=', 'admin');
+  const m = await q.executeTakeFirst();
+  return m && { orgId: m.org_id, userId: m.user_id, role: m.role as Role };
 }

@@ -6,7 +6,8 @@ import { errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
 import { grantSignupCredits } from '../billing/index.js';
-import { createWorkspace, initStorage } from '../storage/index.js';
+import { getUserProfile, lockUser } from '../identity/index.js';
+import { createWorkspace, initStorage, personalWorkspaceIds, projectWorkspaceIds } from '../storage/index.js';
 import type { Me, Organization, Project, ResourcePins } from './schemas.js';
 
 /**
@@ -63,9 +64,7 @@ export async function createOrganization(ctx: Ctx, input: { name: string }): Pro
   try {
     return await withTx(ctx, async (tx) => {
       const max = tx.deps.config.maxOrgsPerUser;
-      let lock = exec(tx).selectFrom('users').select('id').where('id', '=', userId);
-      if (tx.deps.db.dialect === 'postgres') lock = lock.forUpdate();
-      await lock.executeTakeFirst();
+      await lockUser(tx, userId);
       const created = await exec(tx)
         .selectFrom('organizations')
         .select((eb) => eb.fn.countAll<number>().as('n'))
@@ -126,16 +125,14 @@ export async function listMyOrganizations(ctx: Ctx): Promise<Organization[]> {
   let q = exec(ctx)
     .selectFrom('memberships as m')
     .innerJoin('organizations as o', 'o.id', 'm.org_id')
-    .leftJoin('workspaces as w', (j) =>
-      j.onRef('w.org_id', '=', 'o.id').on('w.kind', '=', 'personal').on('w.owner_user_id', '=', userId),
-    )
     .selectAll('o')
-    .select(['m.role', 'w.id as personal_workspace_id'])
+    .select(['m.role'])
     .where('m.user_id', '=', userId);
   // An API key belongs to one organization and sees only that one.
   if (ctx.principal.kind === 'api_key') q = q.where('o.id', '=', orgId(ctx));
   const rows = await q.orderBy('m.created_at').orderBy('o.id').execute();
-  return rows.map((r) => toOrganization(r, r.role, r.personal_workspace_id));
+  const personal = await personalWorkspaceIds(ctx, userId, rows.map((r) => r.id));
+  return rows.map((r) => toOrganization(r, r.role, personal.get(r.id) ?? null));
 }
 
 export async function getOrganization(ctx: Ctx, id: string): Promise<Organization> {
@@ -145,11 +142,12 @@ export async function getOrganization(ctx: Ctx, id: string): Promise<Organizatio
 }
 
 export async function getMe(ctx: Ctx): Promise<Me> {
-  const user = await exec(ctx).selectFrom('users').selectAll().where('id', '=', ctx.principal.userId).executeTakeFirstOrThrow();
+  const user = await getUserProfile(ctx, ctx.principal.userId);
+  if (!user) throw errors.unauthenticated('the credential names an unknown user');
   const organizations = await listMyOrganizations(ctx);
   const current = organizations.find((o) => o.id === ctx.principal.orgId) ?? null;
   return {
-    user: { id: user.id, email: user.email, name: user.name, createdAt: user.created_at },
+    user: { id: user.id, email: user.email, name: user.name, createdAt: user.createdAt },
     authType: ctx.principal.kind === 'api_key' ? 'api_key' : 'session',
     currentOrganizationId: current?.id ?? null,
     scopes: [...ctx.principal.scopes].sort(),
@@ -171,22 +169,23 @@ function toProject(row: Selectable<ProjectsTable> & { workspace_id: string | nul
 }
 
 function projectsInOrg(ctx: Ctx) {
-  return exec(ctx)
-    .selectFrom('projects as p')
-    .leftJoin('workspaces as w', (j) => j.onRef('w.project_id', '=', 'p.id').on('w.kind', '=', 'project'))
-    .selectAll('p')
-    .select('w.id as workspace_id')
-    .where('p.org_id', '=', orgId(ctx));
+  return exec(ctx).selectFrom('projects as p').selectAll('p').where('p.org_id', '=', orgId(ctx));
+}
+
+/** Projects with their workspace id (storage owns workspaces and answers it). */
+async function withWorkspaces(ctx: Ctx, rows: Selectable<ProjectsTable>[]): Promise<Project[]> {
+  const workspaces = await projectWorkspaceIds(ctx, rows.map((r) => r.id));
+  return rows.map((r) => toProject({ ...r, workspace_id: workspaces.get(r.id) ?? null }));
 }
 
 export async function listProjects(ctx: Ctx): Promise<Project[]> {
-  return (await projectsInOrg(ctx).orderBy('p.created_at').execute()).map(toProject);
+  return withWorkspaces(ctx, await projectsInOrg(ctx).orderBy('p.created_at').execute());
 }
 
 export async function getProject(ctx: Ctx, id: string): Promise<Project> {
   const row = await projectsInOrg(ctx).where('p.id', '=', id).executeTakeFirst();
   if (!row) throw errors.notFound('project', id);
-  return toProject(row);
+  return (await withWorkspaces(ctx, [row]))[0];
 }
 
 export async function getResourcePins(ctx: Ctx, projectId: string): Promise<ResourcePins> {

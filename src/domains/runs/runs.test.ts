@@ -326,6 +326,14 @@ describe('runs on a configured provider', () => {
       expect(tool3[1].content).toContain('hello from the sandbox');
     });
 
+    it('the thread’s new sandbox is recorded in the activity log, on the thread', async () => {
+      const res = await c.call(admin, 'GET', `/v1/activity?event_type=thread.sandbox.attached&thread_id=${first.threadId}`);
+      expect(res.statusCode, res.body).toBe(200);
+      const events = json(res).data.events;
+      expect(events).toHaveLength(1);
+      expect(events[0]).toMatchObject({ resourceType: 'thread', resourceId: first.threadId, threadId: first.threadId, sandboxId: first.sandboxId, status: 'completed' });
+    });
+
     it('the sandbox exists and the file is in it', async () => {
       const sbx = await c.call(admin, 'GET', `/v1/sandboxes/${first.sandboxId}`);
       expect(sbx.statusCode, sbx.body).toBe(200);

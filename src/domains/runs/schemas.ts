@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { EXECUTION_MODES } from '../threads/schemas.js';
+import { EXECUTION_MODES } from '../threads/index.js';
 
 export const RUN_STATUSES = ['registered', 'running', 'completed', 'failed', 'cancelled', 'max_turns'] as const;
 

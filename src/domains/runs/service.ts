@@ -1,7 +1,7 @@
 import { streamText, type ModelMessage } from 'ai';
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
-import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId, uuid } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
@@ -17,6 +17,7 @@ import {
   releaseRunLock,
   renewRunLock,
   threadBusy,
+  threadHistory,
   transientFrames,
   transientPublisher,
   type DurableFrame,
@@ -95,26 +96,6 @@ function userText(body: RunBody): string {
   return text;
 }
 
-/** The thread's history for the model: the active rollout's summary (if compacted) and its messages. */
-async function history(deps: Deps, threadId: string, rolloutId: string | null): Promise<{ summary: string | null; messages: ModelMessage[] }> {
-  if (!rolloutId) return { summary: null, messages: [] };
-  const rollout = await deps.db.kysely.selectFrom('thread_rollouts').select(['summary']).where('id', '=', rolloutId).executeTakeFirst();
-  const rows = await deps.db.kysely
-    .selectFrom('thread_events')
-    .select(['type', 'payload'])
-    .where('thread_id', '=', threadId)
-    .where('rollout_id', '=', rolloutId)
-    .where('type', 'in', ['user_message', 'assistant_message'])
-    .orderBy('sequence')
-    .execute();
-  const messages: ModelMessage[] = [];
-  for (const r of rows) {
-    const text = (JSON.parse(r.payload) as { text?: string }).text;
-    if (text) messages.push({ role: r.type === 'user_message' ? 'user' : 'assistant', content: text });
-  }
-  return { summary: rollout?.summary ?? null, messages };
-}
-
 /** The thread's sandbox for in_sandbox runs: made from the agent's template on first use, resumed when paused or stopped. */
 async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promise<string> {
   const link = await exec(ctx).selectFrom('thread_sandboxes').select('sandbox_id').where('thread_id', '=', threadId).executeTakeFirst();
@@ -129,8 +110,21 @@ async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promi
     metadata: { threadId, agent: agent.slug },
     network: true,
   });
-  await exec(ctx).deleteFrom('thread_sandboxes').where('thread_id', '=', threadId).execute();
-  await exec(ctx).insertInto('thread_sandboxes').values({ thread_id: threadId, sandbox_id: sbx.id }).execute();
+  // The swap and its activity row are one transaction: a reader never sees the thread without a sandbox link.
+  await withTx(ctx, async (tx) => {
+    await exec(tx).deleteFrom('thread_sandboxes').where('thread_id', '=', threadId).execute();
+    await exec(tx).insertInto('thread_sandboxes').values({ thread_id: threadId, sandbox_id: sbx.id }).execute();
+    await recordActivity(tx, {
+      resourceType: 'thread',
+      resourceId: threadId,
+      threadId,
+      sandboxId: sbx.id,
+      eventType: 'thread.sandbox.attached',
+      status: 'completed',
+      title: `Sandbox ${sbx.id} attached to the thread`,
+      metadata: link ? { replaced: link.sandbox_id } : undefined,
+    });
+  });
   return sbx.id;
 }
 
@@ -216,8 +210,10 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   };
 
   try {
-    await exec(ctx).insertInto('agent_runs').values(row).execute();
-    await recordActivity(ctx, { resourceType: 'agent', resourceId: agent.id, agentRunId: runId, threadId, eventType: 'agent.run.started', status: 'started', title: `Run of ${agent.slug} started`, metadata: { executionMode: mode, model: agent.model } });
+    await withTx(ctx, async (tx) => {
+      await exec(tx).insertInto('agent_runs').values(row).execute();
+      await recordActivity(tx, { resourceType: 'agent', resourceId: agent.id, agentRunId: runId, threadId, eventType: 'agent.run.started', status: 'started', title: `Run of ${agent.slug} started`, metadata: { executionMode: mode, model: agent.model } });
+    });
     if (mode === 'in_sandbox') row.sandbox_id = await threadSandbox(ctx, threadId, agent);
     publishLive = await transientPublisher(ctx, threadId, row.rollout_id ?? '');
     await durable([
@@ -229,8 +225,8 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
       return toResult(row);
     }
 
-    const { summary, messages: past } = await history(deps, threadId, row.rollout_id);
-    const messages: ModelMessage[] = [...past];
+    const { summary, messages: past } = await threadHistory(ctx, threadId, row.rollout_id);
+    const messages: ModelMessage[] = past.map((m) => ({ role: m.role, content: m.text }));
     const system = [agent.instructions, summary ? `${SUMMARY_PREFIX}${summary}` : null].filter(Boolean).join('\n\n') || undefined;
     const toolSet = mode === 'in_sandbox' ? toolDefinitions(tools) : {};
     const sandboxAgent = row.sandbox_id ? (await agentOf(ctx, row.sandbox_id)).agent : null;
@@ -302,16 +298,19 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
         const outcome = sandboxAgent && c.name in toolSet
           ? await runTool(c.name, c.input, { agent: sandboxAgent, pids, signal: controller.signal, onOutput: (chunk) => void live(transientFrames.toolOutputDelta(origin(), c.id, chunk)) })
           : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
-        await deps.db.kysely
-          .insertInto('tool_executions')
-          .values({ id: prefixedId('tex'), org_id: row.org_id, user_id: ctx.principal.userId, run_id: runId, tool: c.name, status: outcome.isError ? 'failed' : 'completed', duration_ms: Date.now() - toolStarted, created_at: nowIso() })
-          .execute();
+        // The execution record and, for a failure, its activity row: one transaction.
+        await withTx(ctx, async (tx) => {
+          await exec(tx)
+            .insertInto('tool_executions')
+            .values({ id: prefixedId('tex'), org_id: row.org_id, user_id: ctx.principal.userId, run_id: runId, tool: c.name, status: outcome.isError ? 'failed' : 'completed', duration_ms: Date.now() - toolStarted, created_at: nowIso() })
+            .execute();
+          if (outcome.isError) {
+            await recordActivity(tx, { resourceType: 'tool', resourceId: c.name, toolSlug: c.name, agentRunId: runId, threadId, eventType: 'tool.call.failed', status: 'failed', title: `Tool ${c.name} failed`, summary: outcome.output.slice(0, 500) });
+          }
+        });
         if (controller.signal.aborted) throw new CancelledError();
         await live(transientFrames.toolCallCompleted(origin(), c.id, c.name, outcome.isError));
         await durable([{ type: 'tool_result', payload: { toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError, ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}) } }]);
-        if (outcome.isError) {
-          await recordActivity(ctx, { resourceType: 'tool', resourceId: c.name, toolSlug: c.name, agentRunId: runId, threadId, eventType: 'tool.call.failed', status: 'failed', title: `Tool ${c.name} failed`, summary: outcome.output.slice(0, 500) });
-        }
         results.push({
           type: 'tool-result',
           toolCallId: c.id,
@@ -360,22 +359,24 @@ async function finish(
   // start the next one on the thread at once.
   await durable([{ type: 'run_completed', payload: { runId: row.id, status: end.status, usage: end.usage, iterations: row.iterations, error: end.error } }]);
   await releaseRunLock(ctx.deps, row.thread_id, row.id);
-  await ctx.deps.db.kysely
-    .updateTable('agent_runs')
-    .set({ status: row.status, result: row.result, error: row.error, usage: row.usage, iterations: row.iterations, sandbox_id: row.sandbox_id, finished_at: finishedAt })
-    .where('id', '=', row.id)
-    .execute();
   const ok = end.status === 'completed';
-  await recordActivity(ctx, {
-    resourceType: 'agent',
-    resourceId: agent.id,
-    agentRunId: row.id,
-    threadId: row.thread_id,
-    eventType: ok ? 'agent.run.completed' : 'agent.run.failed',
-    status: ok ? 'completed' : 'failed',
-    title: `Run of ${agent.slug} ${ok ? 'completed' : end.status}`,
-    summary: end.error ?? undefined,
-    metadata: { iterations: row.iterations, usage: end.usage, status: end.status },
+  await withTx(ctx, async (tx) => {
+    await exec(tx)
+      .updateTable('agent_runs')
+      .set({ status: row.status, result: row.result, error: row.error, usage: row.usage, iterations: row.iterations, sandbox_id: row.sandbox_id, finished_at: finishedAt })
+      .where('id', '=', row.id)
+      .execute();
+    await recordActivity(tx, {
+      resourceType: 'agent',
+      resourceId: agent.id,
+      agentRunId: row.id,
+      threadId: row.thread_id,
+      eventType: ok ? 'agent.run.completed' : 'agent.run.failed',
+      status: ok ? 'completed' : 'failed',
+      title: `Run of ${agent.slug} ${ok ? 'completed' : end.status}`,
+      summary: end.error ?? undefined,
+      metadata: { iterations: row.iterations, usage: end.usage, status: end.status },
+    });
   });
   return toResult(row);
 }

@@ -1,3 +1,3 @@
 export { sandboxRoutes } from './routes.js';
-export { createSandbox, getSandbox, resumeSandbox, agentOf } from './service.js';
+export { createSandbox, getSandbox, resumeSandbox, agentOf, sandboxUsingTemplate } from './service.js';
 export { normalizeSandboxPath } from './paths.js';

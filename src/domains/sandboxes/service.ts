@@ -139,6 +139,23 @@ export async function sandboxHidden(ctx: Ctx, id: string): Promise<boolean> {
   return Boolean(row && row.created_by_user_id !== ctx.principal.userId);
 }
 
+/**
+ * The id of a sandbox of the caller's organization (any member's) that still uses the template, or null. The
+ * templates domain asks this before deleting a template (registered by buildApp: templates cannot import
+ * sandboxes, which resolves templates).
+ */
+export async function sandboxUsingTemplate(ctx: Ctx, templateId: string): Promise<string | null> {
+  const row = await exec(ctx)
+    .selectFrom('sandboxes')
+    .select('id')
+    .where('org_id', '=', orgId(ctx))
+    .where('template_id', '=', templateId)
+    .where('state', '!=', 'destroyed')
+    .limit(1)
+    .executeTakeFirst();
+  return row?.id ?? null;
+}
+
 /** An admin lists every sandbox of the organization (metadata); a member only their own. */
 export async function listSandboxes(ctx: Ctx, q: { limit: number; cursor?: string; state?: SandboxState }) {
   let query = exec(ctx).selectFrom('sandboxes').selectAll().where('org_id', '=', orgId(ctx));

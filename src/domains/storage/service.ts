@@ -63,6 +63,32 @@ export async function personalWorkspaceId(ctx: Ctx, org: string, userId: string)
   return row?.id ?? null;
 }
 
+/** The user's Personal workspace in each of the given organizations (those that have one), by organization id. */
+export async function personalWorkspaceIds(ctx: Ctx, userId: string, orgIds: readonly string[]): Promise<Map<string, string>> {
+  if (!orgIds.length) return new Map();
+  const rows = await exec(ctx)
+    .selectFrom('workspaces')
+    .select(['id', 'org_id'])
+    .where('org_id', 'in', [...new Set(orgIds)])
+    .where('kind', '=', 'personal')
+    .where('owner_user_id', '=', userId)
+    .execute();
+  return new Map(rows.map((r) => [r.org_id, r.id]));
+}
+
+/** The workspace of each of the caller's organization's given projects (those that have one), by project id. */
+export async function projectWorkspaceIds(ctx: Ctx, projectIds: readonly string[]): Promise<Map<string, string>> {
+  if (!projectIds.length) return new Map();
+  const rows = await exec(ctx)
+    .selectFrom('workspaces')
+    .select(['id', 'project_id'])
+    .where('org_id', '=', orgId(ctx))
+    .where('kind', '=', 'project')
+    .where('project_id', 'in', [...new Set(projectIds)])
+    .execute();
+  return new Map(rows.filter((r) => r.project_id !== null).map((r) => [r.project_id as string, r.id]));
+}
+
 /** Workspaces the caller may use: project workspaces of the organization and the caller's own Personal one. */
 function accessibleWorkspaces(ctx: Ctx) {
   const userId = ctx.principal.userId;

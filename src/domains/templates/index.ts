@@ -1,2 +1,2 @@
 export { templateRoutes } from './routes.js';
-export { resolveTemplate, type ResolvedTemplate } from './service.js';
+export { resolveTemplate, setTemplateUseCheck, type ResolvedTemplate, type TemplateUseCheck } from './service.js';

@@ -6,7 +6,7 @@ import type { App } from '../../platform/http/server.js';
 import { buildChannel, TemplateBuilder, type BuildMessage } from './builder.js';
 import { DOCKERFILE_INSTRUCTIONS } from './plan.js';
 import { CreateTemplateBody, Template, TemplateCreated, TemplateParams } from './schemas.js';
-import { createTemplate, deleteTemplate, ensureSystemTemplates, getTemplate, listTemplates, logKey, templateRow } from './service.js';
+import { createTemplate, deleteTemplate, ensureSystemTemplates, getTemplate, listTemplates, logKey, systemTemplateState, templateBuildState, templateRow } from './service.js';
 
 const tags = ['templates'];
 
@@ -17,7 +17,7 @@ export async function templateRoutes(app: App, deps: Deps) {
   if (deps.sandboxes.available) {
     await builder.recover();
     if (deps.config.sandboxes.prebuildTemplates) {
-      const desktop = await deps.db.kysely.selectFrom('templates').select(['id', 'status']).where('slug', '=', 'desktop-ubuntu').where('owner', '=', 'system').executeTakeFirst();
+      const desktop = await systemTemplateState(deps, 'desktop-ubuntu');
       if (desktop && desktop.status !== 'ready') builder.enqueue(desktop.id);
     }
   }
@@ -135,7 +135,7 @@ export async function templateRoutes(app: App, deps: Deps) {
       const lines = text ? text.replace(/\n$/, '').split('\n') : [];
       lines.forEach((line, n) => stream.send('log', { n, line }, n));
       let next = lines.length;
-      const fresh = await deps.db.kysely.selectFrom('templates').select(['status', 'progress', 'error']).where('id', '=', row.id).executeTakeFirst();
+      const fresh = await templateBuildState(req.ctx, row.id);
       const deliver = (m: BuildMessage) => {
         if (finished) return;
         if (m.type === 'log') {

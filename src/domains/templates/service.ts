@@ -130,6 +130,16 @@ export async function templateRow(ctx: Ctx, slug: string): Promise<Row> {
   return findRow(ctx, slug);
 }
 
+/** A visible template's build state, read fresh (the log stream reads it after subscribing); undefined once deleted. */
+export async function templateBuildState(ctx: Ctx, id: string): Promise<Pick<Row, 'status' | 'progress' | 'error'> | undefined> {
+  return exec(ctx).selectFrom('templates').select(['status', 'progress', 'error']).where('id', '=', id).where('owner', 'in', visible(ctx)).executeTakeFirst();
+}
+
+/** A system template's id and status (for start-up prebuilds), undefined when it does not exist. */
+export async function systemTemplateState(deps: Deps, slug: string): Promise<Pick<Row, 'id' | 'status'> | undefined> {
+  return deps.db.kysely.selectFrom('templates').select(['id', 'status']).where('slug', '=', slug).where('owner', '=', SYSTEM).executeTakeFirst();
+}
+
 export async function listTemplates(ctx: Ctx): Promise<Template[]> {
   const rows = await exec(ctx).selectFrom('templates').selectAll().where('owner', 'in', visible(ctx)).orderBy('owner', 'desc').orderBy('slug').execute();
   const byId = new Map(rows.map((r) => [r.id, r]));
@@ -196,18 +206,21 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
   return row;
 }
 
+/** Answers which sandbox (if any) still uses a template; the sandboxes domain owns that table. */
+export type TemplateUseCheck = (ctx: Ctx, templateId: string) => Promise<string | null>;
+let templateUseCheck: TemplateUseCheck | null = null;
+/** buildApp registers the sandboxes domain's check here (templates cannot import sandboxes: it imports templates). */
+export function setTemplateUseCheck(fn: TemplateUseCheck): void {
+  templateUseCheck = fn;
+}
+
 export async function deleteTemplate(ctx: Ctx, slug: string): Promise<Row> {
   const row = await findRow(ctx, slug);
   if (row.owner === SYSTEM) throw errors.forbidden(`"${slug}" is a system template and cannot be deleted`);
   if (row.status === 'building' || row.status === 'pending') throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
-  const users = await exec(ctx)
-    .selectFrom('sandboxes')
-    .select('id')
-    .where('template_id', '=', row.id)
-    .where('state', '!=', 'destroyed')
-    .limit(1)
-    .executeTakeFirst();
-  if (users) throw errors.conflict(`template "${slug}" is used by sandbox ${users.id}; destroy its sandboxes first`);
+  if (!templateUseCheck) throw new Error('deleteTemplate: no template use check is registered (buildApp registers the sandboxes domain’s)');
+  const user = await templateUseCheck(ctx, row.id);
+  if (user) throw errors.conflict(`template "${slug}" is used by sandbox ${user}; destroy its sandboxes first`);
   const child = await exec(ctx).selectFrom('templates').select('slug').where('parent_id', '=', row.id).limit(1).executeTakeFirst();
   if (child) throw errors.conflict(`template "${child.slug}" is built on "${slug}"; delete it first`);
   await exec(ctx).deleteFrom('templates').where('id', '=', row.id).execute();

@@ -33,3 +33,6 @@ export {
   type FrameType,
   type TransientOrigin,
 } from './frames.js';
+export { EXECUTION_MODES } from './schemas.js';
+export { threadHistory, type HistoryMessage } from './history.js';
+export { allThreadIds } from './maintenance.js';

@@ -50,8 +50,5 @@ export async function openDb(database: Config['database']): Promise<Db> {
   return { kysely, dialect: 'postgres', close: () => kysely.destroy() };
 }
 
-/** True when a driver error is a unique-constraint violation, on either dialect. */
-export function isUniqueViolation(err: unknown): boolean {
-  const code = (err as { code?: string } | null)?.code;
-  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
-}
+// Driver error codes are known in errors.ts only; domains import the predicates from here or there.
+export { isUniqueViolation, isForeignKeyViolation, uniqueAs, driverErrorToAppError } from './errors.js';

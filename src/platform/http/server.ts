@@ -15,6 +15,7 @@ import type { Ctx, Deps, Principal } from '../context.js';
 import { base62 } from '../ids.js';
 import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
+import { driverErrorToAppError } from '../db/errors.js';
 import { jsonDepth, MAX_BODY_DEPTH } from './json-depth.js';
 import { plannedFeature } from './planned.js';
 
@@ -74,9 +75,9 @@ export function toAppError(err: FastifyError | Error): AppError {
       return new AppError('invalid_request', 'body: a JSON body is required when Content-Type is application/json');
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new AppError('invalid_request', 'body: is not valid JSON');
-    case '22021': // PostgreSQL refuses NUL characters in text; SQLite stores them
-      return new AppError('invalid_request', 'text values must not contain NUL characters');
   }
+  const driver = driverErrorToAppError(err);
+  if (driver) return driver;
   if (fe.statusCode === 400 && err instanceof SyntaxError) return new AppError('invalid_request', 'body: is not valid JSON');
   if (fe.statusCode === 413) return new AppError('payload_too_large', fe.message);
   if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {

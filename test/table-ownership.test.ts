@@ -1,0 +1,90 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * Each table belongs to one domain (ADR 0017): only that domain's files name it in a query; every other
+ * domain, the CLI and app.ts go through the owner's exported verbs. A new table is added here with its owner.
+ */
+const OWNER: Record<string, string> = {
+  users: 'identity',
+  api_keys: 'identity',
+  organizations: 'organizations',
+  memberships: 'organizations',
+  projects: 'organizations',
+  activity_events: 'activity',
+  workspaces: 'storage',
+  workspace_files: 'storage',
+  storage_usage: 'storage',
+  credit_ledger: 'billing',
+  sandboxes: 'sandboxes',
+  sandbox_runtime: 'sandboxes',
+  templates: 'templates',
+  agents: 'agents',
+  threads: 'threads',
+  thread_rollouts: 'threads',
+  thread_events: 'threads',
+  thread_run_locks: 'threads',
+  model_usage: 'models',
+  secrets: 'secrets',
+  agent_runs: 'runs',
+  tool_executions: 'runs',
+  thread_sandboxes: 'runs',
+  system_settings: 'platform',
+};
+
+/**
+ * Reads of another domain's table that stay, each with its reason. The authenticator (identity) resolves a
+ * credential's role from memberships in the same query as the key (the hot path of every request); identity
+ * cannot call organizations' verbs, which depend on identity. It moves when the authenticator takes its
+ * membership lookup as an argument from app.ts.
+ */
+const ALLOWED = new Set(['identity/service.ts memberships']);
+
+const QUERY = /\b(?:selectFrom|insertInto|updateTable|deleteFrom|replaceInto|mergeInto|innerJoin|leftJoin|rightJoin|fullJoin)\(\s*['"`]([a-z_]+)/g;
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) return sources(p);
+    return p.endsWith('.ts') && !p.endsWith('.test.ts') ? [p] : [];
+  });
+}
+
+describe('table ownership', () => {
+  const src = path.resolve(__dirname, '../src');
+
+  it('every table a query names has an owner, and only its owner queries it', () => {
+    const unknown: string[] = [];
+    const foreign: string[] = [];
+    for (const file of sources(src)) {
+      const rel = path.relative(src, file).split(path.sep).join('/');
+      const domain = rel.startsWith('domains/') ? rel.split('/')[1] : rel.startsWith('platform/') ? 'platform' : rel;
+      const where = rel.startsWith('domains/') ? rel.slice('domains/'.length) : rel;
+      for (const m of readFileSync(file, 'utf8').matchAll(QUERY)) {
+        const table = m[1];
+        const owner = OWNER[table];
+        if (!owner) unknown.push(`${rel}: ${table}`);
+        else if (owner !== domain && !ALLOWED.has(`${where} ${table}`)) foreign.push(`${rel} queries ${table} (owned by ${owner})`);
+      }
+    }
+    expect(unknown).toEqual([]);
+    expect(foreign).toEqual([]);
+  });
+
+  it('route files run no queries and do not reach the database through deps', () => {
+    const offenders = sources(src)
+      .filter((f) => /routes[^/]*\.ts$/.test(f))
+      .filter((f) => {
+        const text = readFileSync(f, 'utf8');
+        return [...text.matchAll(QUERY)].length > 0 || /\bdeps\.db\b|\.kysely\b/.test(text);
+      })
+      .map((f) => path.relative(src, f));
+    expect(offenders).toEqual([]);
+  });
+
+  it('sees queries (the scan is not vacuous)', () => {
+    const text = readFileSync(path.join(src, 'domains/threads/history.ts'), 'utf8');
+    expect([...text.matchAll(QUERY)].map((m) => m[1])).toContain('thread_events');
+  });
+});
