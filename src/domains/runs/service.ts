@@ -4,6 +4,7 @@ import type { AgentRunsTable, AgentsTable } from '../../database.js';
 import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId, uuid } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
 import { providerError, recordModelUsage, resolveModel, toUsage } from '../models/index.js';
@@ -22,8 +23,8 @@ const SUMMARY_PREFIX = 'Summary of the conversation so far:\n';
 /** A frame as a run emits it: a thread event (durable) or a live frame. SSE clients of POST /v1/run get these. */
 export type RunFrame = ThreadEvent | (Record<string, unknown> & { type: string });
 
-/** Runs in progress on this process, for cancel. */
-const active = new Map<string, AbortController>();
+/** The runs domain's state in one app: its runs in progress, for cancel. */
+export const RUN_STATE = stateKey('runs', () => ({ active: new Map<string, AbortController>() }));
 
 const emptyUsage = (): RunUsage => ({ promptTokens: 0, completionTokens: 0, totalTokens: 0, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, reasoningTokens: 0 });
 
@@ -56,6 +57,7 @@ export async function getRun(ctx: Ctx, runId: string): Promise<RunResult> {
 export async function cancelRun(ctx: Ctx, runId: string): Promise<RunResult> {
   const run = await getRun(ctx, runId);
   if (run.status !== 'running') throw errors.invalidState(`run ${runId} is ${run.status}`, run.status);
+  const { active } = ctx.deps.state.get(RUN_STATE);
   const controller = active.get(runId);
   if (!controller) throw errors.unavailable(`run ${runId} is running on another node; cancel it there`);
   controller.abort(new CancelledError());
@@ -177,6 +179,7 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   const controller = new AbortController();
   const onAbort = () => controller.abort(new CancelledError());
   opts.signal.addEventListener('abort', onAbort);
+  const { active } = deps.state.get(RUN_STATE);
   active.set(runId, controller);
   const renew = setInterval(() => void renewRunLock(deps, threadId, runId, LOCK_TTL_MS).catch(() => undefined), LOCK_TTL_MS / 4);
 

@@ -1,2 +1,3 @@
 export { templateRoutes } from './routes.js';
+export { startTemplateJobs } from './jobs.js';
 export { resolveTemplate, type ResolvedTemplate } from './service.js';

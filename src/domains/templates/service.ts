@@ -4,6 +4,7 @@ import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import { requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
 import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
 import type { CreateTemplateBody, Template } from './schemas.js';
@@ -220,13 +221,18 @@ export const logKey = (id: string): string => `templates/${id}/build.log`;
 
 // ---- system templates ------------------------------------------------------------------------
 
-let systemBuildHook: ((deps: Deps) => void) | null = null;
-/** The builder registers how to start desktop-ubuntu's build (kept apart to avoid an import cycle). */
-export function onSystemBuildRequest(fn: (deps: Deps) => void): void {
-  systemBuildHook = fn;
+/**
+ * The templates domain's state in one app: the running builder's queue (set by the templates' jobs; kept apart
+ * from the builder to avoid an import cycle). Without one, a build stays pending.
+ */
+export const TEMPLATE_STATE = stateKey('templates', () => ({ enqueue: null as ((templateId: string) => void) | null }));
+
+/** Queues a template's build on this app's builder. */
+export function enqueueBuild(deps: Deps, templateId: string): void {
+  deps.state.get(TEMPLATE_STATE).enqueue?.(templateId);
 }
 function requestSystemBuild(deps: Deps): void {
-  systemBuildHook?.(deps);
+  enqueueBuild(deps, DESKTOP_ID);
 }
 
 /** Makes sure base-ubuntu and desktop-ubuntu exist; base is ready whenever the runtime is. */
