@@ -8,7 +8,7 @@ import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
-import { runRoutes } from './domains/runs/index.js';
+import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import { registerSandboxActivity, sandboxRoutes, startSandboxJobs } from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
@@ -45,7 +45,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
  * once the routes are registered and stopped in reverse order when the app closes.
  */
 const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
-  orchestrator: [startTemplateJobs, startSandboxJobs, startThreadJobs],
+  orchestrator: [startTemplateJobs, startSandboxJobs, startThreadJobs, startRunJobs],
   auth: [],
   tools: [],
   billing: [],
