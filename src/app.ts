@@ -88,7 +88,6 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     installId,
     live: new LiveCredentials(bus, logger),
     state: new RuntimeState(),
-    processId: `p${base62(11).toLowerCase()}`,
   };
 }
 

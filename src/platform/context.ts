@@ -29,8 +29,6 @@ export interface Deps {
   live: LiveCredentials;
   /** This app's runtime state (queues, running work, registries), one slot per domain: never a module global. */
   state: RuntimeState;
-  /** Identifies this process among the installation's replicas and its own later restarts. */
-  processId: string;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */
