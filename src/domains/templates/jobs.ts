@@ -13,7 +13,8 @@ export async function startTemplateJobs(deps: Deps): Promise<Stoppable> {
   await ensureSystemTemplates(deps);
   const builder = new TemplateBuilder(deps);
   const state = deps.state.get(TEMPLATE_STATE);
-  state.enqueue = (id) => builder.enqueue(id);
+  const enqueue = (id: string) => builder.enqueue(id);
+  state.enqueue = enqueue;
   if (deps.sandboxes.available) {
     await builder.recover();
     if (deps.config.sandboxes.prebuildTemplates) {
@@ -23,7 +24,7 @@ export async function startTemplateJobs(deps: Deps): Promise<Stoppable> {
   }
   return {
     async stop() {
-      state.enqueue = null;
+      if (state.enqueue === enqueue) state.enqueue = null;
       await builder.close();
     },
   };
