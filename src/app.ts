@@ -1,19 +1,19 @@
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
-import { activityRoutes } from './domains/activity/index.js';
-import { agentRoutes } from './domains/agents/index.js';
+import { activityRegistry, activityRoutes } from './domains/activity/index.js';
+import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
 import { billingRoutes } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
 import { organizationRoutes } from './domains/organizations/index.js';
-import { runRoutes } from './domains/runs/index.js';
+import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
-import { sandboxRoutes, sandboxUsingTemplate } from './domains/sandboxes/index.js';
-import { storageRoutes } from './domains/storage/index.js';
-import { setTemplateUseCheck, templateRoutes } from './domains/templates/index.js';
-import { threadRoutes } from './domains/threads/index.js';
+import { registerSandboxActivity, sandboxRoutes, sandboxUsingTemplate, startSandboxJobs } from './domains/sandboxes/index.js';
+import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
+import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
+import { registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -22,8 +22,10 @@ import { migrateToLatest } from './platform/db/migrate.js';
 import { ensureInstallId } from './platform/db/settings.js';
 import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
+import type { StartJobs, Stoppable } from './platform/jobs.js';
 import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
+import { RuntimeState } from './platform/state.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
@@ -34,6 +36,18 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
   tools: [secretRoutes],
   billing: [billingRoutes],
   storage: [storageRoutes],
+};
+
+/**
+ * Each service's background work (start-up checks, reconcilers, sweepers, prebuilds), started in this order
+ * once the routes are registered and stopped in reverse order when the app closes.
+ */
+const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
+  orchestrator: [startTemplateJobs, startSandboxJobs, startThreadJobs, startRunJobs],
+  auth: [],
+  tools: [],
+  billing: [],
+  storage: [],
 };
 
 /**
@@ -71,6 +85,7 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     sandboxes,
     installId,
     live: new LiveCredentials(bus, logger),
+    state: new RuntimeState(),
   };
 }
 
@@ -85,12 +100,30 @@ export async function closeDeps(deps: Deps): Promise<void> {
 export async function buildApp(deps: Deps): Promise<App> {
   const app = await createServer(deps, createAuthenticator(deps));
   // Templates ask the sandboxes domain (which owns the sandboxes table) whether a template is still in use.
-  setTemplateUseCheck(sandboxUsingTemplate);
+  setTemplateUseCheck(deps, sandboxUsingTemplate);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());
+  // What activity filters check against the domains that own the resources (whichever service serves them).
+  const registry = activityRegistry(deps);
+  registerAgentActivity(registry);
+  registerSandboxActivity(registry);
+  registerStorageActivity(registry);
+  registerThreadActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
+  }
+  const started: Stoppable[] = [];
+  app.addHook('onClose', async () => {
+    for (const job of started.reverse()) await job.stop().catch((err) => deps.log.error({ err }, 'a background job did not stop cleanly'));
+  });
+  try {
+    for (const service of deps.config.services) {
+      for (const start of SERVICE_JOBS[service]) started.push(await start(deps));
+    }
+  } catch (err) {
+    await app.close(); // stops the jobs already started
+    throw err;
   }
   await app.ready();
   return app;

@@ -46,6 +46,7 @@ async function serve(config: Config) {
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (err) {
+    await app.close(); // stops the background jobs before the database closes under them
     await closeDeps(deps);
     throw new CliError(`cannot listen on ${config.host}:${config.port} (HOST/PORT): ${(err as Error).message}`);
   }

@@ -9,6 +9,7 @@ import type { Isolation } from './isolation/types.js';
 import type { SandboxRuntime } from './sandboxes/types.js';
 import { errors } from './http/errors.js';
 import type { LiveCredentials } from './revocations.js';
+import type { RuntimeState } from './state.js';
 import type { Role, Scope } from './scopes.js';
 
 /** Long-lived collaborators, built once at start-up and shared by every request. */
@@ -26,6 +27,8 @@ export interface Deps {
   installId: string;
   /** Open WebSockets by credential: closed on revocation (from any replica, over the bus) and at expiry. */
   live: LiveCredentials;
+  /** This app's runtime state (queues, running work, registries), one slot per domain: never a module global. */
+  state: RuntimeState;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */

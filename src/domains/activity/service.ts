@@ -1,9 +1,10 @@
 import type { Selectable } from 'kysely';
 import type { ActivityEventsTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, type Ctx } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import type { ActivityEvent, ActivityQuery, ResourceType } from './schemas.js';
 
 export interface ActivityInput {
@@ -58,24 +59,35 @@ export async function recordActivity(ctx: Ctx, event: ActivityInput, org = orgId
 }
 
 type AccessCheck = (ctx: Ctx, resourceId: string) => Promise<boolean>;
-const accessChecks = new Map<string, AccessCheck>();
-
-/** Domains register how to tell whether the caller may see a resource, for `resource_type`+`resource_id` filters. */
-export function registerActivityResource(type: ResourceType, check: AccessCheck): void {
-  accessChecks.set(type, check);
-}
-
 type HiddenCheck = { type: ResourceType; check: (ctx: Ctx, id: string) => Promise<boolean> };
-const hiddenChecks = new Map<'sandbox_id' | 'thread_id', HiddenCheck>();
 
 /**
- * Domains register how to tell that a filter value names a resource that exists in the organization but is
- * hidden from the caller: such a filter is a 404, as the resource's own routes answer (an unknown id just
- * matches nothing, so events of deleted resources stay readable).
+ * How activity filters are checked against the domains that own the resources, one registry per app: buildApp
+ * registers each domain's checks (`registerSandboxActivity(registry)`, ...) before the routes serve.
  */
-export function registerHiddenFilter(param: 'sandbox_id' | 'thread_id', type: ResourceType, check: HiddenCheck['check']): void {
-  hiddenChecks.set(param, { type, check });
+export class ActivityRegistry {
+  readonly accessChecks = new Map<string, AccessCheck>();
+  readonly hiddenChecks = new Map<'sandbox_id' | 'thread_id', HiddenCheck>();
+
+  /** How to tell whether the caller may see a resource, for `resource_type`+`resource_id` filters. */
+  resource(type: ResourceType, check: AccessCheck): void {
+    this.accessChecks.set(type, check);
+  }
+
+  /**
+   * How to tell that a filter value names a resource that exists in the organization but is hidden from the
+   * caller: such a filter is a 404, as the resource's own routes answer (an unknown id just matches nothing, so
+   * events of deleted resources stay readable).
+   */
+  hiddenFilter(param: 'sandbox_id' | 'thread_id', type: ResourceType, check: HiddenCheck['check']): void {
+    this.hiddenChecks.set(param, { type, check });
+  }
 }
+
+const ACTIVITY_REGISTRY = stateKey('activity', () => new ActivityRegistry());
+
+/** The app's activity registry (on its Deps). */
+export const activityRegistry = (deps: Deps): ActivityRegistry => deps.state.get(ACTIVITY_REGISTRY);
 
 const FILTER_COLUMNS = [
   ['event_type', 'event_type'],
@@ -136,7 +148,7 @@ export async function listActivity(ctx: Ctx, query: ActivityQuery, opts: { resou
   }
   let resourceAuthorized = opts.resourceAuthorized ?? false;
   if (!resourceAuthorized && query.resource_type && query.resource_id) {
-    const check = accessChecks.get(query.resource_type);
+    const check = activityRegistry(ctx.deps).accessChecks.get(query.resource_type);
     if (check) {
       if (!(await check(ctx, query.resource_id))) throw errors.notFound(query.resource_type, query.resource_id);
       resourceAuthorized = true;
@@ -144,7 +156,7 @@ export async function listActivity(ctx: Ctx, query: ActivityQuery, opts: { resou
   }
 
   // A filter naming a resource hidden from the caller answers as if it did not exist (another member's sandbox).
-  for (const [param, hidden] of hiddenChecks) {
+  for (const [param, hidden] of activityRegistry(ctx.deps).hiddenChecks) {
     const value = query[param];
     if (value !== undefined && (await hidden.check(ctx, value))) throw errors.notFound(hidden.type, value);
   }

@@ -1,2 +1,2 @@
-export { agentRoutes } from './routes.js';
+export { agentRoutes, registerAgentActivity } from './routes.js';
 export { findAgentRow, getAgent } from './service.js';

@@ -2,11 +2,14 @@ import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { envelope, errorResponses, ok, page } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, registerActivityResource } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
 import { Agent, AgentParams, CreateAgentBody, PatchAgentBody } from './schemas.js';
 import { canSeeAgent, createAgent, deleteAgent, findAgentRow, getAgent, listAgents, updateAgent } from './service.js';
 
-registerActivityResource('agent', canSeeAgent);
+/** The agents domain's activity check (buildApp registers it). */
+export function registerAgentActivity(registry: ActivityRegistry): void {
+  registry.resource('agent', canSeeAgent);
+}
 
 const tags = ['agents'];
 

@@ -2,6 +2,7 @@ import { APICallError, generateText, jsonSchema, streamText, tool, type Language
 import { orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import { existingSecretNames, resolveSecret } from '../secrets/index.js';
 import { loadCatalogue, type ModelEntry } from './catalogue.js';
 import { createModelProvider, type ModelProvider } from './providers.js';
@@ -13,15 +14,12 @@ export interface ModelGateway {
   provider: ModelProvider;
 }
 
-const gateways = new WeakMap<Deps, ModelGateway>();
+const MODEL_STATE = stateKey('models', () => ({ gateway: null as ModelGateway | null }));
 
 export function modelGateway(deps: Deps): ModelGateway {
-  let g = gateways.get(deps);
-  if (!g) {
-    g = { catalogue: loadCatalogue(deps.config.models), provider: createModelProvider(deps.config.models) };
-    gateways.set(deps, g);
-  }
-  return g;
+  const state = deps.state.get(MODEL_STATE);
+  state.gateway ??= { catalogue: loadCatalogue(deps.config.models), provider: createModelProvider(deps.config.models) };
+  return state.gateway;
 }
 
 export async function availableModels(ctx: Ctx) {

@@ -1,1 +1,2 @@
 export { runRoutes } from './routes.js';
+export { startRunJobs } from './jobs.js';

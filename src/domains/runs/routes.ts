@@ -71,7 +71,11 @@ export async function runRoutes(app: App, _deps: Deps) {
       schema: {
         tags,
         summary: 'Cancel a run',
-        description: 'Stops a running run at its next step (the model stream or tool is aborted); it ends `cancelled`. 409 `invalid_state` when it is not running.',
+        description: [
+          'Stops a running run at its next step (the model stream or tool is aborted); it ends `cancelled`. 409 `invalid_state` (with `state`) when it is not running. ',
+          'A run whose server stopped mid-run is not running: it is finished as `failed` ("the server stopped while this run was in progress"), at that server’s restart or once its thread lock lapses, and cancel answers 409 for it. ',
+          '503 when another replica is running it: cancel it there.',
+        ].join(''),
         params: RunParams,
         response: { 200: envelope(RunResult), ...runErrors },
       },

@@ -1,15 +1,17 @@
 import { streamText, type ModelMessage } from 'ai';
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
-import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { exec, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId, uuid } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
 import { providerError, recordModelUsage, resolveModel, toUsage } from '../models/index.js';
 import { agentOf, createSandbox, getSandbox, resumeSandbox } from '../sandboxes/index.js';
 import {
   acquireRunLock,
+  activeRun,
   appendDurable,
   createThread,
   ExecutionMode,
@@ -39,8 +41,8 @@ const SUMMARY_PREFIX = 'Summary of the conversation so far:\n';
 /** A frame as a run emits it: a durable or a transient frame of the thread's catalogue. SSE clients of POST /v1/run get these. */
 export type RunFrame = DurableFrame | TransientFrame;
 
-/** Runs in progress on this process, for cancel. */
-const active = new Map<string, AbortController>();
+/** The runs domain's state in one app: its runs in progress, for cancel. */
+export const RUN_STATE = stateKey('runs', () => ({ active: new Map<string, AbortController>() }));
 
 const emptyUsage = (): RunUsage => ({ promptTokens: 0, completionTokens: 0, totalTokens: 0, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, reasoningTokens: 0 });
 
@@ -73,8 +75,17 @@ export async function getRun(ctx: Ctx, runId: string): Promise<RunResult> {
 export async function cancelRun(ctx: Ctx, runId: string): Promise<RunResult> {
   const run = await getRun(ctx, runId);
   if (run.status !== 'running') throw errors.invalidState(`run ${runId} is ${run.status}`, run.status);
+  const { active } = ctx.deps.state.get(RUN_STATE);
   const controller = active.get(runId);
-  if (!controller) throw errors.unavailable(`run ${runId} is running on another node; cancel it there`);
+  if (!controller) {
+    // A run whose process is gone (its thread lock lapsed) is finished here, and is then not running.
+    const row = await exec(ctx).selectFrom('agent_runs').selectAll().where('id', '=', runId).executeTakeFirstOrThrow();
+    if (await isOrphaned(ctx.deps, row)) {
+      const failed = (await failOrphanedRun(ctx.deps, row)) ?? (await getRun(ctx, runId));
+      throw errors.invalidState(`run ${runId} is ${failed.status}`, failed.status);
+    }
+    throw errors.unavailable(`run ${runId} is running on another node; cancel it there`);
+  }
   controller.abort(new CancelledError());
   // The run ends itself (status cancelled) as soon as its current step notices.
   for (let i = 0; i < 100 && active.has(runId); i++) await new Promise((r) => setTimeout(r, 50));
@@ -187,6 +198,7 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   const controller = new AbortController();
   const onAbort = () => controller.abort(new CancelledError());
   opts.signal.addEventListener('abort', onAbort);
+  const { active } = deps.state.get(RUN_STATE);
   active.set(runId, controller);
   const renew = setInterval(() => void renewRunLock(deps, threadId, runId, LOCK_TTL_MS).catch(() => undefined), LOCK_TTL_MS / 4);
 
@@ -347,7 +359,7 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
 async function finish(
   ctx: Ctx,
   row: RunRow,
-  agent: AgentRow,
+  agent: Pick<AgentRow, 'id' | 'slug'>,
   end: { status: RunResult['status']; result: string | null; error: string | null; usage: RunUsage },
   durable: (frames: DurableInput[]) => Promise<DurableFrame[]>,
 ): Promise<RunResult> {
@@ -379,4 +391,46 @@ async function finish(
     });
   });
   return toResult(row);
+}
+
+// ---- runs whose process is gone ----------------------------------------------------------------
+
+export const ORPHANED_RUN_ERROR = 'the server stopped while this run was in progress';
+
+/** A run ending normally releases its lock just before it writes its end: an orphan is looked at twice, this far apart. */
+const ORPHAN_RECHECK_MS = 1_000;
+
+/**
+ * Whether a `running` run's process is gone: it holds its thread's run lock while it runs and renews it every
+ * LOCK_TTL_MS / 4, so a lock that lapsed (or is gone, or taken over) means nobody runs it any more, on any replica.
+ */
+export async function isOrphaned(deps: Deps, row: RunRow): Promise<boolean> {
+  const unheld = async () => !deps.state.get(RUN_STATE).active.has(row.id) && (await activeRun(deps, row.thread_id)) !== row.id;
+  if (row.status !== 'running' || !(await unheld())) return false;
+  await new Promise((r) => setTimeout(r, ORPHAN_RECHECK_MS));
+  const now = await deps.db.kysely.selectFrom('agent_runs').select('status').where('id', '=', row.id).executeTakeFirst();
+  return now?.status === 'running' && (await unheld());
+}
+
+/**
+ * Finishes a run left `running` by a process that is gone as `failed` (ORPHANED_RUN_ERROR), as a run that
+ * fails ends: `run_completed` through the thread's write path, its thread lock released, the record, activity
+ * `agent.run.failed`. Null when another process finished it first.
+ */
+export async function failOrphanedRun(deps: Deps, row: RunRow): Promise<RunResult | null> {
+  // Claimed first: of two replicas that find the same run, one finishes it.
+  const claimed = await deps.db.kysely
+    .updateTable('agent_runs')
+    .set({ status: 'failed', error: ORPHANED_RUN_ERROR, finished_at: nowIso() })
+    .where('id', '=', row.id)
+    .where('status', '=', 'running')
+    .executeTakeFirst();
+  if (Number(claimed.numUpdatedRows) !== 1) return null;
+  const ctx = systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(), apiKeyId: null });
+  const durable = async (frames: DurableInput[]) =>
+    appendDurable(deps, row.thread_id, frames.map((f) => ({ ...f, runId: row.id }))).catch((err: unknown) => {
+      if (err instanceof AppError && err.code === 'not_found') return []; // its thread was deleted meanwhile
+      throw err;
+    });
+  return finish(ctx, { ...row }, { id: row.agent_id, slug: row.agent_slug }, { status: 'failed', result: null, error: ORPHANED_RUN_ERROR, usage: JSON.parse(row.usage) as RunUsage }, durable);
 }

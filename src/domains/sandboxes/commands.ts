@@ -3,7 +3,7 @@ import { errors } from '../../platform/http/errors.js';
 import type { AgentClient, AgentProcess, OutputEvent } from '../../platform/sandboxes/index.js';
 import { resolveTemplate } from '../templates/index.js';
 import { normalizeSandboxPath } from './paths.js';
-import { agentOf } from './service.js';
+import { agentOf, SANDBOX_STATE } from './service.js';
 import type { CommandBody } from './schemas.js';
 
 /** stdout and stderr of a waited command are each cut here in the JSON answer (streams are not cut). */
@@ -15,9 +15,8 @@ export interface Started {
   pid: number;
 }
 
-/** A ready template never changes, so its WORKDIR is looked up once per process. */
-const workdirs = new Map<string, string | undefined>();
 async function templateWorkdir(ctx: Ctx, slug: string, templateId: string): Promise<string | undefined> {
+  const { workdirs } = ctx.deps.state.get(SANDBOX_STATE);
   if (!workdirs.has(templateId)) workdirs.set(templateId, (await resolveTemplate(ctx, slug, templateId)).workdir ?? undefined);
   return workdirs.get(templateId);
 }

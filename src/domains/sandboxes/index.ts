@@ -1,3 +1,4 @@
-export { sandboxRoutes } from './routes.js';
+export { registerSandboxActivity, sandboxRoutes } from './routes.js';
+export { startSandboxJobs } from './jobs.js';
 export { createSandbox, getSandbox, resumeSandbox, agentOf, sandboxUsingTemplate } from './service.js';
 export { normalizeSandboxPath } from './paths.js';

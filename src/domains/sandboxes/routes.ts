@@ -7,7 +7,7 @@ import { errors } from '../../platform/http/errors.js';
 import { openEventStream, wantsEventStream, type EventStream } from '../../platform/http/sse.js';
 import { AGENT_LIMITS, type OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, registerActivityResource, registerHiddenFilter } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
 import { collect, DEFAULT_TIMEOUT_MS, startCommand, toProcess } from './commands.js';
 import { normalizeSandboxPath } from './paths.js';
 import {
@@ -36,18 +36,18 @@ import {
   destroySandbox,
   getSandbox,
   listSandboxes,
-  pauseIdle,
   pauseSandbox,
-  reconcile,
   resumeSandbox,
   sandboxHidden,
 } from './service.js';
 
-registerActivityResource('sandbox', canSeeSandbox);
-registerHiddenFilter('sandbox_id', 'sandbox', sandboxHidden);
+/** The sandboxes domain's activity checks (buildApp registers them). */
+export function registerSandboxActivity(registry: ActivityRegistry): void {
+  registry.resource('sandbox', canSeeSandbox);
+  registry.hiddenFilter('sandbox_id', 'sandbox', sandboxHidden);
+}
 
 const tags = ['sandboxes'];
-const IDLE_SWEEP_MS = 5_000;
 /** 503: the runtime or the agent is unavailable; 502 `sandbox_agent_error`: the agent answered out of protocol. */
 const withUnavailable = { ...errorResponses, 502: ErrorBody, 503: ErrorBody };
 /** Creating and resuming also answer 507 `insufficient_storage` below the host's free-disk floor. */
@@ -67,16 +67,6 @@ async function relayOutput(stream: EventStream, events: AsyncIterable<OutputEven
 }
 
 export async function sandboxRoutes(app: App, deps: Deps) {
-  if (deps.sandboxes.available) {
-    const r = await reconcile(deps);
-    if (r.stopped || r.removed) deps.log.info(r, 'sandboxes reconciled with runc');
-    const sweep = setInterval(() => {
-      pauseIdle(deps).catch((err) => deps.log.warn({ err }, 'idle sweep failed'));
-    }, IDLE_SWEEP_MS);
-    sweep.unref();
-    app.addHook('onClose', async () => clearInterval(sweep));
-  }
-
   app.post(
     '/v1/sandboxes',
     {

@@ -5,6 +5,8 @@ import { isUniqueViolation } from '../../platform/db/index.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { KeyedQueue } from '../../platform/keyed-queue.js';
+import { stateKey } from '../../platform/state.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
 import { resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
@@ -18,26 +20,22 @@ const UID_COUNT = 50_000;
 /** A command's last-use time is written at most this often (it drives the idle timeout). */
 const TOUCH_EVERY_MS = 5_000;
 
-// ---- serialization of lifecycle changes ------------------------------------------------------
+// ---- runtime state and serialization of lifecycle changes ------------------------------------
 
-/** Runs `fn` after every earlier call with the same key has settled (one at a time per key, in this process). */
-function inTurn<T>(queues: Map<string, Promise<unknown>>, key: string, fn: () => Promise<T>): Promise<T> {
-  const next = (queues.get(key) ?? Promise.resolve()).then(fn, fn);
-  const tail = next.catch(() => undefined);
-  queues.set(key, tail);
-  void tail.then(() => {
-    if (queues.get(key) === tail) queues.delete(key);
-  });
-  return next;
-}
+/** The sandboxes domain's state in one app (see platform/state.ts). */
+export const SANDBOX_STATE = stateKey('sandboxes', () => ({
+  /** Lifecycle changes of one sandbox run one at a time in this process (a pause during a resume waits its turn). */
+  lifecycles: new KeyedQueue(),
+  /** Admission (limit check + insert) one at a time per organization in this process. */
+  admissions: new KeyedQueue(),
+  /** When each sandbox's last use was written (it drives the idle timeout). */
+  touched: new Map<string, number>(),
+  /** A ready template never changes, so its WORKDIR is looked up once per app. */
+  workdirs: new Map<string, string | undefined>(),
+}));
 
-const lifecycles = new Map<string, Promise<unknown>>();
-/** Lifecycle changes of one sandbox run one at a time in this process (a pause during a resume waits its turn). */
-const serialized = <T>(id: string, fn: () => Promise<T>) => inTurn(lifecycles, id, fn);
-
-const admissions = new Map<string, Promise<unknown>>();
-/** Admission (limit check + insert) one at a time per organization in this process. */
-const admit = <T>(org: string, fn: () => Promise<T>) => inTurn(admissions, org, fn);
+const serialized = <T>(deps: Deps, id: string, fn: () => Promise<T>) => deps.state.get(SANDBOX_STATE).lifecycles.run(id, fn);
+const admit = <T>(deps: Deps, org: string, fn: () => Promise<T>) => deps.state.get(SANDBOX_STATE).admissions.run(org, fn);
 
 // ---- records ---------------------------------------------------------------------------------
 
@@ -297,7 +295,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
 
   const id = prefixedId('sbx');
   const now = nowIso();
-  const row = await admit(org, async () => {
+  const row = await admit(deps, org, async () => {
     if ((await countRunning(ctx, org)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
     for (let attempt = 0; attempt < 20; attempt++) {
       const uid = await freeUid(ctx);
@@ -334,7 +332,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
     throw errors.unavailable('no free sandbox user id on this node');
   });
 
-  return serialized(id, async () => {
+  return serialized(deps, id, async () => {
     try {
       await startContainer(deps, row, template);
     } catch (err) {
@@ -382,7 +380,7 @@ function local(ctx: Ctx, row: Row): void {
 export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'idle_timeout' = 'request'): Promise<Sandbox> {
   const { row: first } = await findVisible(ctx, id);
   local(ctx, first);
-  return serialized(id, async () => {
+  return serialized(ctx.deps, id, async () => {
     const row = await findRow(ctx, id);
     if (row.state !== 'running') throw stateError(row, 'pause');
     await ctx.deps.sandboxes.pause(id);
@@ -402,14 +400,14 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
   const first = await findOwned(ctx, id, 'resume it');
   local(ctx, first);
   const cfg = ctx.deps.config.sandboxes;
-  return serialized(id, async () => {
+  return serialized(ctx.deps, id, async () => {
     const row = await findRow(ctx, id);
     // An `error` sandbox whose agent failed kept its files (and uid): resume starts a new container over them,
     // as for `stopped`. One that failed to start has neither and can only be destroyed.
     const restartable = row.state === 'stopped' || (row.state === 'error' && row.uid !== null);
     if (row.state !== 'paused' && !restartable) throw stateError(row, 'resume');
     await requireFreeDisk(cfg, `sandbox ${id} cannot resume`);
-    await admit(row.org_id, async () => {
+    await admit(ctx.deps, row.org_id, async () => {
       if ((await countRunning(ctx, row.org_id)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
       // Claimed before the slow part so a concurrent create counts it.
       if (!(await setState(ctx, id, [row.state], 'starting'))) throw stateError(await findRow(ctx, id), 'resume');
@@ -437,7 +435,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
 export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
   const { row: first } = await findVisible(ctx, id);
   local(ctx, first);
-  await serialized(id, async () => {
+  await serialized(ctx.deps, id, async () => {
     const row = await findRow(ctx, id);
     if (row.state === 'destroyed') throw stateError(row, 'destroy');
     await ctx.deps.sandboxes.destroy(id);
@@ -451,8 +449,6 @@ export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
 
 // ---- inside a running sandbox ----------------------------------------------------------------
 
-const touched = new Map<string, number>();
-
 /**
  * The agent of a running, local sandbox, for its owner only (files, processes, output, commands: everything
  * inside); records the use for the idle timeout.
@@ -462,6 +458,7 @@ export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClien
   if (row.state !== 'running') throw stateError(row, 'use');
   local(ctx, row);
   const now = Date.now();
+  const { touched } = ctx.deps.state.get(SANDBOX_STATE);
   if (now - (touched.get(id) ?? 0) > TOUCH_EVERY_MS) {
     touched.set(id, now);
     await exec(ctx).updateTable('sandboxes').set({ last_active_at: new Date(now).toISOString() }).where('id', '=', id).execute();
@@ -485,7 +482,7 @@ export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClien
  */
 async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void> {
   const ctx = ownerCtx(deps, first);
-  await serialized(first.id, async () => {
+  await serialized(deps, first.id, async () => {
     const row = await findRow(ctx, first.id);
     if (row.state !== 'running') return; // paused, destroyed or already failed meanwhile
     deps.log.warn({ sandboxId: row.id, reason }, 'sandbox agent misbehaved; stopping the sandbox');

@@ -1,3 +1,3 @@
 export { createWorkspace, initStorage, personalWorkspaceId, personalWorkspaceIds, projectWorkspaceIds, getWorkspace } from './service.js';
-export { storageRoutes } from './routes.js';
+export { registerStorageActivity, storageRoutes } from './routes.js';
 export { normalizePath } from './paths.js';

@@ -6,7 +6,7 @@ import type { Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { envelope, errorResponses, ok, page } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, registerActivityResource } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
 import { normalizePath } from './paths.js';
 import {
   DeleteQuery,
@@ -33,7 +33,10 @@ import {
   writeFile,
 } from './service.js';
 
-registerActivityResource('workspace', canSeeWorkspaceActivity);
+/** The storage domain's activity check (buildApp registers it). */
+export function registerStorageActivity(registry: ActivityRegistry): void {
+  registry.resource('workspace', canSeeWorkspaceActivity);
+}
 
 const tags = ['workspace files'];
 

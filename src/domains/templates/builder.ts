@@ -1,8 +1,9 @@
 import { nowIso } from '../../platform/ids.js';
+import { KeyedQueue } from '../../platform/keyed-queue.js';
 import { systemCtx, type Deps } from '../../platform/context.js';
 import { requireFreeDisk } from '../../platform/sandboxes/index.js';
 import type { BuildPlan } from './plan.js';
-import { DESKTOP_ID, logKey, onSystemBuildRequest, resolveTemplate, SYSTEM } from './service.js';
+import { logKey, resolveTemplate, SYSTEM } from './service.js';
 
 /** A message on a template's build channel; SSE clients of /logs relay them. */
 export type BuildMessage =
@@ -25,25 +26,26 @@ const MAX_LINE_CHARS = 4000;
  * passed, that layer is copied out of the image into the template's layer folder, read-only from then on.
  */
 export class TemplateBuilder {
-  private queue: Promise<void> = Promise.resolve();
+  /** One key: builds run one at a time on this node. */
+  private readonly builds = new KeyedQueue();
   private readonly queued = new Set<string>();
   private closed = false;
   private readonly aborts = new Map<string, AbortController>();
 
-  constructor(private readonly deps: Deps) {
-    onSystemBuildRequest(() => this.enqueue(DESKTOP_ID));
-  }
+  constructor(private readonly deps: Deps) {}
 
   enqueue(id: string): void {
     if (this.queued.has(id) || this.closed) return;
     this.queued.add(id);
-    this.queue = this.queue.then(() => this.build(id).finally(() => this.queued.delete(id)));
+    void this.builds
+      .run('node', () => this.build(id).finally(() => this.queued.delete(id)))
+      .catch((err) => this.deps.log.error({ err, templateId: id }, 'template build failed'));
   }
 
   async close(): Promise<void> {
     this.closed = true;
     for (const a of this.aborts.values()) a.abort();
-    await this.queue.catch(() => undefined);
+    await this.builds.drain();
   }
 
   /** Builds left `building` by a process that is gone fail with that reason; pending ones are queued again. */

@@ -3,25 +3,14 @@ import type { Deps } from '../../platform/context.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import { openEventStream, wantsEventStream } from '../../platform/http/sse.js';
 import type { App } from '../../platform/http/server.js';
-import { buildChannel, TemplateBuilder, type BuildMessage } from './builder.js';
+import { buildChannel, type BuildMessage } from './builder.js';
 import { DOCKERFILE_INSTRUCTIONS } from './plan.js';
 import { CreateTemplateBody, Template, TemplateCreated, TemplateParams } from './schemas.js';
-import { createTemplate, deleteTemplate, ensureSystemTemplates, getTemplate, listTemplates, logKey, systemTemplateState, templateBuildState, templateRow } from './service.js';
+import { createTemplate, deleteTemplate, enqueueBuild, getTemplate, listTemplates, logKey, templateBuildState, templateRow } from './service.js';
 
 const tags = ['templates'];
 
 export async function templateRoutes(app: App, deps: Deps) {
-  await ensureSystemTemplates(deps);
-  const builder = new TemplateBuilder(deps);
-  app.addHook('onClose', () => builder.close());
-  if (deps.sandboxes.available) {
-    await builder.recover();
-    if (deps.config.sandboxes.prebuildTemplates) {
-      const desktop = await systemTemplateState(deps, 'desktop-ubuntu');
-      if (desktop && desktop.status !== 'ready') builder.enqueue(desktop.id);
-    }
-  }
-
   app.get(
     '/v1/templates',
     {
@@ -58,7 +47,7 @@ export async function templateRoutes(app: App, deps: Deps) {
     },
     async (req, reply) => {
       const row = await createTemplate(req.ctx, req.body);
-      builder.enqueue(row.id);
+      enqueueBuild(req.ctx.deps, row.id);
       return reply.status(201).send(ok(req, { id: row.id, slug: row.slug, name: row.name, status: row.status, createdAt: row.created_at }));
     },
   );

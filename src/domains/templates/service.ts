@@ -4,6 +4,7 @@ import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import { requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
 import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
 import type { CreateTemplateBody, Template } from './schemas.js';
@@ -208,16 +209,17 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
 
 /** Answers which sandbox (if any) still uses a template; the sandboxes domain owns that table. */
 export type TemplateUseCheck = (ctx: Ctx, templateId: string) => Promise<string | null>;
-let templateUseCheck: TemplateUseCheck | null = null;
-/** buildApp registers the sandboxes domain's check here (templates cannot import sandboxes: it imports templates). */
-export function setTemplateUseCheck(fn: TemplateUseCheck): void {
-  templateUseCheck = fn;
+const USE_CHECK = stateKey('templates.useCheck', () => ({ check: null as TemplateUseCheck | null }));
+/** buildApp registers the sandboxes domain's check per app (templates cannot import sandboxes: it imports templates). */
+export function setTemplateUseCheck(deps: Deps, fn: TemplateUseCheck): void {
+  deps.state.get(USE_CHECK).check = fn;
 }
 
 export async function deleteTemplate(ctx: Ctx, slug: string): Promise<Row> {
   const row = await findRow(ctx, slug);
   if (row.owner === SYSTEM) throw errors.forbidden(`"${slug}" is a system template and cannot be deleted`);
   if (row.status === 'building' || row.status === 'pending') throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
+  const templateUseCheck = ctx.deps.state.get(USE_CHECK).check;
   if (!templateUseCheck) throw new Error('deleteTemplate: no template use check is registered (buildApp registers the sandboxes domain’s)');
   const user = await templateUseCheck(ctx, row.id);
   if (user) throw errors.conflict(`template "${slug}" is used by sandbox ${user}; destroy its sandboxes first`);
@@ -233,13 +235,18 @@ export const logKey = (id: string): string => `templates/${id}/build.log`;
 
 // ---- system templates ------------------------------------------------------------------------
 
-let systemBuildHook: ((deps: Deps) => void) | null = null;
-/** The builder registers how to start desktop-ubuntu's build (kept apart to avoid an import cycle). */
-export function onSystemBuildRequest(fn: (deps: Deps) => void): void {
-  systemBuildHook = fn;
+/**
+ * The templates domain's state in one app: the running builder's queue (set by the templates' jobs; kept apart
+ * from the builder to avoid an import cycle). Without one, a build stays pending.
+ */
+export const TEMPLATE_STATE = stateKey('templates', () => ({ enqueue: null as ((templateId: string) => void) | null }));
+
+/** Queues a template's build on this app's builder. */
+export function enqueueBuild(deps: Deps, templateId: string): void {
+  deps.state.get(TEMPLATE_STATE).enqueue?.(templateId);
 }
 function requestSystemBuild(deps: Deps): void {
-  systemBuildHook?.(deps);
+  enqueueBuild(deps, DESKTOP_ID);
 }
 
 /** Makes sure base-ubuntu and desktop-ubuntu exist; base is ready whenever the runtime is. */

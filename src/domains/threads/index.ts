@@ -1,4 +1,5 @@
-export { threadRoutes } from './routes.js';
+export { registerThreadActivity, threadRoutes } from './routes.js';
+export { startThreadJobs } from './jobs.js';
 export {
   appendDurable,
   acquireRunLock,

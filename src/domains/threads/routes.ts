@@ -4,7 +4,7 @@ import type { Deps } from '../../platform/context.js';
 import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import { errors } from '../../platform/http/errors.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, registerActivityResource } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
 import { createAuthenticator } from '../identity/index.js';
 import { ThreadHub } from './hub.js';
 import {
@@ -21,10 +21,13 @@ import {
   ThreadEventsBody,
   ThreadParams,
 } from './schemas.js';
-import { canSeeThread, compactThread, createThread, deleteThread, getThread, listEvents, listRollouts, listThreads, publishTransient, repairAll, updateThread } from './service.js';
+import { canSeeThread, compactThread, createThread, deleteThread, getThread, listEvents, listRollouts, listThreads, publishTransient, updateThread } from './service.js';
 import { serveSocket } from './socket.js';
 
-registerActivityResource('thread', canSeeThread);
+/** The threads domain's activity check (buildApp registers it). */
+export function registerThreadActivity(registry: ActivityRegistry): void {
+  registry.resource('thread', canSeeThread);
+}
 
 const tags = ['threads'];
 /** Headers replicas use among themselves; never accepted from clients on the public frame route. */
@@ -37,10 +40,6 @@ export async function threadRoutes(app: App, deps: Deps) {
   // preClose, before the WebSocket plugin's own (which closes every socket without a code): subscribers get 1001 and a reason.
   app.addHook('preClose', () => hub.close());
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
-  // Start-up check: threads whose JSONL holds more than their projection (a crash between the two) catch up.
-  void repairAll(deps)
-    .then((n) => n && deps.log.warn({ threads: n }, 'thread projections caught up with their JSONL'))
-    .catch((err) => deps.log.error({ err }, 'thread projection check failed'));
 
   app.post(
     '/v1/threads',

@@ -5,6 +5,8 @@ import { errors } from '../../platform/http/errors.js';
 import { decodeCursor, encodeCursor } from '../../platform/http/pagination.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { KeyedQueue } from '../../platform/keyed-queue.js';
+import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { DURABLE_TYPES, DurableInput, DurablePayloads, type DurablePayload, jsonlKey, threadChannel, ThreadEvent, TransientFrame, type BusFrame, type DurableFrame, type MetadataFrame } from './frames.js';
 import type { Rollout, Thread } from './schemas.js';
@@ -176,16 +178,10 @@ export async function eventsAfter(deps: Deps, threadId: string, sequence: number
 
 // ---- the one write path for durable frames ---------------------------------------------------
 
-const writers = new Map<string, Promise<unknown>>();
-function inTurn<T>(key: string, fn: () => Promise<T>): Promise<T> {
-  const next = (writers.get(key) ?? Promise.resolve()).then(fn, fn);
-  const tail = next.catch(() => undefined);
-  writers.set(key, tail);
-  void tail.then(() => {
-    if (writers.get(key) === tail) writers.delete(key);
-  });
-  return next;
-}
+/** The threads domain's state in one app: one writer per thread at a time in this process. */
+export const THREAD_STATE = stateKey('threads', () => ({ writers: new KeyedQueue() }));
+
+const inTurn = <T>(deps: Deps, threadId: string, fn: () => Promise<T>): Promise<T> => deps.state.get(THREAD_STATE).writers.run(threadId, fn);
 
 type Trx = Transaction<Database>;
 
@@ -216,7 +212,7 @@ export async function appendDurable(
   opts: { extra?: (trx: Trx, events: DurableFrame[]) => Promise<void>; touch?: boolean } = {},
 ): Promise<DurableFrame[]> {
   const inputs = frames.map(checkDurable);
-  return inTurn(threadId, async () => {
+  return inTurn(deps, threadId, async () => {
     const events = await deps.db.kysely.transaction().execute(async (trx) => {
       let row = await lockThreadRow(deps, trx, threadId);
       if (!row) throw errors.notFound('thread', threadId);
@@ -313,7 +309,7 @@ async function projectEvent(trx: Trx, e: ThreadEvent): Promise<void> {
 
 /** Rebuilds a thread's projection from its JSONL alone (the `hangar threads rebuild` command). */
 export async function rebuildThread(deps: Deps, threadId: string): Promise<{ events: number; lastSequence: number }> {
-  return inTurn(threadId, () =>
+  return inTurn(deps, threadId, () =>
     deps.db.kysely.transaction().execute(async (trx) => {
       const row = await lockThreadRow(deps, trx, threadId);
       if (!row) throw errors.notFound('thread', threadId);
@@ -352,7 +348,7 @@ export async function repairAll(deps: Deps): Promise<number> {
   for (const r of rows) {
     const size = (await deps.blobs.size(jsonlKey(r.org_id, r.id))) ?? 0;
     if (size <= r.jsonl_bytes) continue;
-    await inTurn(r.id, () =>
+    await inTurn(deps, r.id, () =>
       deps.db.kysely.transaction().execute(async (trx) => {
         const row = await lockThreadRow(deps, trx, r.id);
         if (row) await repairTail(deps, trx, row);
@@ -400,7 +396,7 @@ export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
   if (view !== 'owner' && !isOrgAdmin(ctx)) throw errors.forbidden('only the thread’s owner or an organization admin can delete it');
   const busy = await ctx.deps.db.kysely.selectFrom('thread_run_locks').select('run_id').where('thread_id', '=', id).where('expires_at', '>', nowIso()).executeTakeFirst();
   if (busy) throw threadBusy(busy.run_id);
-  await inTurn(id, () =>
+  await inTurn(ctx.deps, id, () =>
     withTx(ctx, async (tx) => {
       await exec(tx).deleteFrom('thread_events').where('thread_id', '=', id).execute();
       await exec(tx).deleteFrom('thread_rollouts').where('thread_id', '=', id).execute();

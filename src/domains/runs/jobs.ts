@@ -1,0 +1,35 @@
+import type { Deps } from '../../platform/context.js';
+import { every, type Stoppable } from '../../platform/jobs.js';
+import { failOrphanedRun, isOrphaned, RUN_STATE } from './service.js';
+
+/** How often runs whose process is gone (on any replica) are looked for. */
+const ORPHAN_SWEEP_MS = 60_000;
+
+/**
+ * Runs left `running` by a process that is gone are finished as failed, so their thread takes new runs and
+ * cancel answers 409 for them:
+ * - at start-up, this node's (HANGAR_NODE_ID) running runs: this process has started none yet, so a previous
+ *   process of this node left them (as the template builder treats this node's `building` templates);
+ * - at start-up and then every minute, any node's running run whose thread lock lapsed: the process that ran it
+ *   stopped renewing it (a replica that died and did not come back).
+ * A `registered` run (local-desktop) is not held by a process: it waits for its device and is left alone.
+ */
+export async function startRunJobs(deps: Deps): Promise<Stoppable> {
+  const sweep = async (atStart: boolean) => {
+    const rows = await deps.db.kysely.selectFrom('agent_runs').selectAll().where('status', '=', 'running').execute();
+    const { active } = deps.state.get(RUN_STATE);
+    let failed = 0;
+    for (const row of rows) {
+      const previousProcess = atStart && row.node_id === deps.config.sandboxes.nodeId && !active.has(row.id);
+      if (!previousProcess && !(await isOrphaned(deps, row))) continue;
+      try {
+        if (await failOrphanedRun(deps, row)) failed++;
+      } catch (err) {
+        deps.log.error({ err, runId: row.id }, 'could not finish a run whose process is gone');
+      }
+    }
+    if (failed) deps.log.warn({ runs: failed }, 'runs left running by a stopped server finished as failed');
+  };
+  await sweep(true).catch((err) => deps.log.error({ err }, 'the start-up check of interrupted runs failed'));
+  return every(deps, ORPHAN_SWEEP_MS, 'interrupted runs check', () => sweep(false));
+}
