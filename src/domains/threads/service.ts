@@ -1,6 +1,6 @@
 import type { Selectable, Transaction } from 'kysely';
 import type { Database, ThreadRolloutsTable, ThreadsTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import { decodeCursor, encodeCursor } from '../../platform/http/pagination.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
@@ -391,12 +391,30 @@ export async function updateThread(ctx: Ctx, id: string, body: { title?: string 
 }
 
 export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
+  requireScope(ctx, 'agent:run');
   const { row, view } = await findThread(ctx, id);
   if (view !== 'owner' && !isOrgAdmin(ctx)) throw errors.forbidden('only the thread’s owner or an organization admin can delete it');
-  const busy = await ctx.deps.db.kysely.selectFrom('thread_run_locks').select('run_id').where('thread_id', '=', id).where('expires_at', '>', nowIso()).executeTakeFirst();
-  if (busy) throw threadBusy(busy.run_id);
   await inTurn(id, () =>
     withTx(ctx, async (tx) => {
+      if (!(await lockThreadRow(ctx.deps, tx.trx!, id))) throw errors.notFound('thread', id);
+      // The busy check is taking the thread's run lock inside this transaction: a run that holds it makes the
+      // delete 409, and a run starting meanwhile waits on the lock row until the thread is gone (PostgreSQL;
+      // SQLite runs one transaction at a time).
+      const now = new Date();
+      const took = await exec(tx)
+        .insertInto('thread_run_locks')
+        .values({ thread_id: id, run_id: `delete_${ctx.requestId}`, holder: ctx.deps.config.sandboxes.nodeId, acquired_at: now.toISOString(), expires_at: new Date(now.getTime() + 60_000).toISOString() })
+        .onConflict((oc) =>
+          oc
+            .column('thread_id')
+            .doUpdateSet({ run_id: `delete_${ctx.requestId}`, acquired_at: now.toISOString() })
+            .where('thread_run_locks.expires_at', '<=', now.toISOString()),
+        )
+        .executeTakeFirst();
+      if (Number(took.numInsertedOrUpdatedRows ?? 0) !== 1) {
+        const busy = await exec(tx).selectFrom('thread_run_locks').select('run_id').where('thread_id', '=', id).executeTakeFirst();
+        throw threadBusy(busy?.run_id ?? 'unknown');
+      }
       await exec(tx).deleteFrom('thread_events').where('thread_id', '=', id).execute();
       await exec(tx).deleteFrom('thread_rollouts').where('thread_id', '=', id).execute();
       await exec(tx).deleteFrom('thread_run_locks').where('thread_id', '=', id).execute();

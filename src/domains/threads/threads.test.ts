@@ -8,8 +8,9 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, testDatabaseUrl, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
-import { acquireRunLock, appendDurable, rebuildThread, releaseRunLock, renewRunLock, type DurableInput } from './index.js';
+import { acquireRunLock, activeRun, appendDurable, rebuildThread, releaseRunLock, renewRunLock, type DurableInput } from './index.js';
 import { repairAll } from './service.js';
 
 const BIN = path.resolve(import.meta.dirname, '../../../bin/hangar.js');
@@ -514,6 +515,7 @@ describe('threads', () => {
       const activity = json(await inject(owner, 'GET', `/v1/activity?thread_id=${t.id}`)).data.events;
       expect(activity.map((e: any) => e.eventType)).toEqual(['thread.deleted']);
       expect(activity[0]).toMatchObject({ resourceType: 'thread', resourceId: t.id, actorUserId: owner.userId });
+      await expectActivity(h, owner, { eventType: 'thread.deleted', resourceType: 'thread' });
       expect(json(await inject(owner, 'GET', '/v1/threads?archived=true')).data.map((x: Thread) => x.id)).not.toContain(t.id);
     });
 
@@ -528,6 +530,34 @@ describe('threads', () => {
       expect((await listEvents(owner, t.id)).data.events).toHaveLength(1);
       await releaseRunLock(h.deps, t.id, 'run_delete_busy');
       expect((await inject(owner, 'DELETE', `/v1/threads/${t.id}`)).statusCode).toBe(204);
+    });
+
+    it('takes the run lock in its transaction: a run cannot start on a thread being deleted, and one that held it wins', async () => {
+      // The run starts a little later each round, so some round lands between the delete's checks and its writes.
+      const later = async (ticks: number) => {
+        for (let i = 0; i < ticks; i++) await new Promise((r) => setImmediate(r));
+      };
+      for (let round = 0; round < 20; round++) {
+        const t = await createThread(owner);
+        await appendDurable(h.deps, t.id, messages(1));
+        const [del, lock] = await Promise.all([
+          inject(owner, 'DELETE', `/v1/threads/${t.id}`),
+          later(round * 4).then(() => acquireRunLock(h.deps, t.id, `run_race_${round}`)),
+        ]);
+        if (del.statusCode === 409) {
+          // the run got there first and still holds the lock: the thread is intact
+          expect(lock).toEqual({ acquired: true });
+          expect((await listEvents(owner, t.id)).data.events).toHaveLength(1);
+          await releaseRunLock(h.deps, t.id, `run_race_${round}`);
+        } else {
+          expect(del.statusCode).toBe(204);
+          expect((await inject(owner, 'GET', `/v1/threads/${t.id}`)).statusCode).toBe(404);
+          // a run told it holds the lock must still hold it: the delete came first (the run then finds no thread),
+          // never "checked, then the run started, then the delete removed the thread and the run's lock"
+          if (lock.acquired) expect(await activeRun(h.deps, t.id)).toBe(`run_race_${round}`);
+          await releaseRunLock(h.deps, t.id, `run_race_${round}`);
+        }
+      }
     });
   });
 
