@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Selectable } from 'kysely';
 import type { ApiKeysTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, withTx, type Authenticate, type Credential, type Ctx, type Deps, type Principal } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, withTx, type Authenticate, type Credential, type Ctx, type Deps, type Principal } from '../../platform/context.js';
 import { sha256Hex } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
@@ -212,6 +212,7 @@ function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]):
 
 /** Creates an API key for the caller; a key never holds a scope its creator lacks. The secret is returned once. */
 export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<ApiKey & { key: string }> {
+  requireScope(ctx, 'api_keys:write');
   const org = orgId(ctx);
   const unknown = input.scopes.filter((s) => !isValidScopePattern(s));
   if (unknown.length) throw errors.invalidField('scopes', `unknown scope ${unknown.map((s) => `"${s}"`).join(', ')}`);
@@ -253,6 +254,7 @@ function visibleKeys(ctx: Ctx) {
 }
 
 export async function listApiKeys(ctx: Ctx, input: { limit: number; cursor?: string; includeRevoked: boolean }) {
+  requireScope(ctx, 'api_keys:read');
   let q = visibleKeys(ctx);
   if (!input.includeRevoked) q = q.where('revoked_at', 'is', null);
   const p = await newestFirstPage(q, { time: 'created_at', id: 'id' }, input);
@@ -260,6 +262,7 @@ export async function listApiKeys(ctx: Ctx, input: { limit: number; cursor?: str
 }
 
 export async function getApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  requireScope(ctx, 'api_keys:read');
   const row = await visibleKeys(ctx).where('id', '=', id).executeTakeFirst();
   if (!row) throw errors.notFound('API key', id);
   return toApiKey(row);
@@ -267,6 +270,7 @@ export async function getApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
 
 /** Revokes a key at once (its open sockets on every replica close with 4401); revoking it again changes nothing. */
 export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  requireScope(ctx, 'api_keys:write');
   const key = await withTx(ctx, async (tx) => {
     const row = await visibleKeys(tx).where('id', '=', id).executeTakeFirst();
     if (!row) throw errors.notFound('API key', id);

@@ -59,6 +59,7 @@ export async function createThread(
   ctx: Ctx,
   input: { title?: string; executionMode: string; agentId?: string; metadata?: Record<string, string> },
 ): Promise<Thread> {
+  requireScope(ctx, 'agent:run');
   const now = nowIso();
   const id = prefixedId('thr');
   const rolloutId = prefixedId('rol');
@@ -93,6 +94,7 @@ export async function getThread(ctx: Ctx, id: string): Promise<{ thread: Thread;
 }
 
 export async function listThreads(ctx: Ctx, q: { limit: number; cursor?: string; archived: boolean }) {
+  requireScope(ctx, 'agent:read');
   let query = exec(ctx).selectFrom('threads').selectAll().where('org_id', '=', orgId(ctx)).where('owner_user_id', '=', ctx.principal.userId);
   if (!q.archived) query = query.where('archived', '=', 0);
   const page = await newestFirstPage(query, { time: 'updated_at', id: 'id' }, q);
@@ -100,6 +102,7 @@ export async function listThreads(ctx: Ctx, q: { limit: number; cursor?: string;
 }
 
 export async function listRollouts(ctx: Ctx, id: string): Promise<Rollout[]> {
+  requireScope(ctx, 'agent:read');
   const row = await ownThread(ctx, id, 'read its rollouts');
   const rollouts = await exec(ctx).selectFrom('thread_rollouts').selectAll().where('thread_id', '=', row.id).orderBy('position').execute();
   const stats = await exec(ctx)
@@ -148,6 +151,7 @@ export async function listEvents(
   id: string,
   q: { limit: number; cursor?: string; rollout_id?: string; include?: 'all_rollouts' },
 ): Promise<{ thread: Thread; events: ThreadEvent[]; hasMore: boolean; nextCursor: string | null }> {
+  requireScope(ctx, 'agent:read');
   const row = await ownThread(ctx, id, 'read its events');
   let query = exec(ctx).selectFrom('thread_events').selectAll().where('thread_id', '=', row.id);
   if (q.rollout_id) {
@@ -374,6 +378,7 @@ function threadActivity(ctx: Ctx, row: Row, eventType: string, title: string, me
 }
 
 export async function updateThread(ctx: Ctx, id: string, body: { title?: string | null; archived?: boolean }): Promise<Thread> {
+  requireScope(ctx, 'agent:run');
   const row = await ownThread(ctx, id, 'change it');
   const now = nowIso();
   const renamed = body.title !== undefined && body.title !== row.title;
@@ -430,6 +435,7 @@ export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
 
 /** Fans a transient frame out to the thread's subscribers: not stored, no sequence, no timestamps touched. */
 export async function publishTransient(ctx: Ctx, threadId: string, frame: Record<string, unknown> & { type: string; rolloutId: string }): Promise<void> {
+  requireScope(ctx, 'agent:run');
   const row = await ownThread(ctx, threadId, 'publish frames to it');
   const rollout = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', frame.rolloutId).executeTakeFirst();
   if (!rollout) throw errors.invalidField('frame.rolloutId', `is not a rollout of thread ${threadId}`);
@@ -534,6 +540,7 @@ export async function compactThread(
   body: { reason?: string },
   summarize?: (events: ThreadEvent[]) => Promise<{ summary: string; model: string } | null>,
 ): Promise<{ thread: Thread; rollout: Rollout; events: ThreadEvent[] }> {
+  requireScope(ctx, 'agent:run');
   const owned = await ownThread(ctx, id, 'compact it');
   const runId = prefixedId('cmp');
   const lock = await acquireRunLock(ctx.deps, id, runId);
