@@ -531,34 +531,6 @@ describe('threads', () => {
       await releaseRunLock(h.deps, t.id, 'run_delete_busy');
       expect((await inject(owner, 'DELETE', `/v1/threads/${t.id}`)).statusCode).toBe(204);
     });
-
-    it('takes the run lock in its transaction: a run cannot start on a thread being deleted, and one that held it wins', async () => {
-      // The run starts a little later each round, so some round lands between the delete's checks and its writes.
-      const later = async (ticks: number) => {
-        for (let i = 0; i < ticks; i++) await new Promise((r) => setImmediate(r));
-      };
-      for (let round = 0; round < 20; round++) {
-        const t = await createThread(owner);
-        await appendDurable(h.deps, t.id, messages(1));
-        const [del, lock] = await Promise.all([
-          inject(owner, 'DELETE', `/v1/threads/${t.id}`),
-          later(round * 4).then(() => acquireRunLock(h.deps, t.id, `run_race_${round}`)),
-        ]);
-        if (del.statusCode === 409) {
-          // the run got there first and still holds the lock: the thread is intact
-          expect(lock).toEqual({ acquired: true });
-          expect((await listEvents(owner, t.id)).data.events).toHaveLength(1);
-          await releaseRunLock(h.deps, t.id, `run_race_${round}`);
-        } else {
-          expect(del.statusCode).toBe(204);
-          expect((await inject(owner, 'GET', `/v1/threads/${t.id}`)).statusCode).toBe(404);
-          // a run told it holds the lock must still hold it: the delete came first (the run then finds no thread),
-          // never "checked, then the run started, then the delete removed the thread and the run's lock"
-          if (lock.acquired) expect(await activeRun(h.deps, t.id)).toBe(`run_race_${round}`);
-          await releaseRunLock(h.deps, t.id, `run_race_${round}`);
-        }
-      }
-    });
   });
 
   describe('run lock', () => {
@@ -794,6 +766,36 @@ describe('two Hangar instances on one PostgreSQL schema', () => {
       const res = await b.app.inject({ method: 'POST', url: `/v1/threads/${t.id}/compact`, headers: owner.headers, payload: {} });
       expect(res.statusCode).toBe(409);
       expect(json(res).error.activeRunId).toBe(winners[0]);
+    }
+  });
+
+  it('a thread delete holds the run lock until it commits: a run starting meanwhile waits, and its lock is not removed', async () => {
+    const t = await newThread();
+    await appendDurable(a.deps, t.id, messages(1));
+    // Another session holds the thread's event rows, so the delete stops part-way through its transaction.
+    const blocker = new pg.Client({ connectionString: PG_URL });
+    await blocker.connect();
+    try {
+      await blocker.query(`SET search_path = "${schema}"`);
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM thread_events WHERE thread_id = $1 FOR UPDATE', [t.id]);
+      const deleted = a.app.inject({ method: 'DELETE', url: `/v1/threads/${t.id}`, headers: owner.headers });
+      await sleep(500);
+      let settled = false;
+      const lock = acquireRunLock(b.deps, t.id, 'run_during_delete').finally(() => {
+        settled = true;
+      });
+      await sleep(500);
+      // The run is still waiting: the delete has the lock (a check-then-delete would have let it through).
+      expect(settled).toBe(false);
+      await blocker.query('ROLLBACK');
+      expect((await deleted).statusCode).toBe(204);
+      expect(await lock).toEqual({ acquired: true });
+      expect(await activeRun(a.deps, t.id)).toBe('run_during_delete');
+      expect((await a.app.inject({ method: 'GET', url: `/v1/threads/${t.id}`, headers: owner.headers })).statusCode).toBe(404);
+      await releaseRunLock(a.deps, t.id, 'run_during_delete');
+    } finally {
+      await blocker.end();
     }
   });
 
