@@ -43,6 +43,15 @@ export interface Principal {
   expiresAt?: string | null;
 }
 
+/** A credential as presented, whatever the transport: an `X-API-Key` value, or an `Authorization: Bearer` token. */
+export interface Credential {
+  apiKey?: string;
+  bearer?: string;
+}
+
+/** Resolves a credential (and the organization asked for, if any) to its principal; throws 401/403/404 AppErrors. */
+export type Authenticate = (credential: Credential, orgIdHint?: string) => Promise<Principal>;
+
 /** What every service verb receives: collaborators, caller, request id and, inside withTx, the transaction. */
 export interface Ctx {
   deps: Deps;

@@ -13,6 +13,8 @@ export const RESOURCE_TYPES = [
   'organization',
   'api_key',
   'project',
+  'secret',
+  'template',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { ActivityEventsTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
@@ -135,6 +135,7 @@ function toEvent(row: Selectable<ActivityEventsTable>): ActivityEvent {
  * the request is authorized by access to the resource (`resourceAuthorized`, or a registered check).
  */
 export async function listActivity(ctx: Ctx, query: ActivityQuery, opts: { resourceAuthorized?: boolean } = {}) {
+  requireScope(ctx, 'activity:read');
   const org = orgId(ctx);
   const admin = isOrgAdmin(ctx);
   if (query.resource_id && !query.resource_type) {

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
 
 const MODELS = { HANGAR_OPENAI_BASE_URL: 'http://127.0.0.1:9/v1', HANGAR_OPENAI_MODELS: 'model-a,model-b' };
@@ -95,6 +96,8 @@ describe('agents', () => {
     expect(res.statusCode).toBe(200);
     expect(json(res).data.events.map((e: { eventType: string }) => e.eventType)).toEqual(['agent.updated', 'agent.created']);
     expect(json(res).data.events[0]).toMatchObject({ resourceType: 'agent', metadata: { slug: 'logged', fields: ['name'] } });
+    await expectActivity(h, admin, { eventType: 'agent.updated', resourceType: 'agent', metadata: { slug: 'logged', fields: ['name'] } });
+    await expectActivity(h, admin, { eventType: 'agent.created', resourceType: 'agent', metadata: { slug: 'logged' } });
     // A member with activity:read sees the agent's events through the shortcut (access by resource).
     const member = await addOrgMember(h, admin);
     expect(json(await call(member, 'GET', '/v1/agents/logged/activity')).data.events).toHaveLength(2);

@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { AgentsTable } from '../../database.js';
-import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { exec, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, uuid } from '../../platform/ids.js';
@@ -65,6 +65,7 @@ function agentActivity(ctx: Ctx, row: Row, eventType: string, title: string, met
 }
 
 export async function createAgent(ctx: Ctx, body: CreateAgentBody): Promise<Agent> {
+  requireScope(ctx, 'agent:write');
   const now = nowIso();
   const row: Row = {
     id: uuid(),
@@ -98,15 +99,18 @@ export async function createAgent(ctx: Ctx, body: CreateAgentBody): Promise<Agen
 }
 
 export async function listAgents(ctx: Ctx): Promise<Agent[]> {
+  requireScope(ctx, 'agent:read');
   const rows = await exec(ctx).selectFrom('agents').selectAll().where('org_id', '=', orgId(ctx)).orderBy('slug').execute();
   return rows.map(toAgent);
 }
 
 export async function getAgent(ctx: Ctx, slug: string): Promise<Agent> {
+  requireScope(ctx, 'agent:read');
   return toAgent(await findAgentRow(ctx, slug));
 }
 
 export async function updateAgent(ctx: Ctx, slug: string, body: PatchAgentBody): Promise<Agent> {
+  requireScope(ctx, 'agent:write');
   const row = await findAgentRow(ctx, slug);
   const current = toAgent(row);
   const next: Agent = {
@@ -142,6 +146,7 @@ export async function updateAgent(ctx: Ctx, slug: string, body: PatchAgentBody):
 }
 
 export async function deleteAgent(ctx: Ctx, slug: string): Promise<void> {
+  requireScope(ctx, 'agent:write');
   const row = await findAgentRow(ctx, slug);
   await withTx(ctx, async (tx) => {
     await exec(tx).deleteFrom('agents').where('id', '=', row.id).execute();

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { exec, orgId, type Ctx } from '../../platform/context.js';
+import { exec, orgId, requireScope, type Ctx } from '../../platform/context.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, uuid } from '../../platform/ids.js';
 import type { CreditEntry } from './schemas.js';
@@ -30,6 +30,7 @@ export async function grantSignupCredits(ctx: Ctx, org: string, userId: string, 
 
 /** The balance is derived from the append-only ledger, never stored apart from it. */
 export async function getBalance(ctx: Ctx) {
+  requireScope(ctx, 'billing:read');
   const row = await exec(ctx)
     .selectFrom('credit_ledger')
     .select([sql<number>`coalesce(sum(amount_cents), 0)`.as('balance'), sql<string | null>`max(created_at)`.as('updated')])
@@ -39,6 +40,7 @@ export async function getBalance(ctx: Ctx) {
 }
 
 export async function listLedger(ctx: Ctx, input: { limit: number; cursor?: string }) {
+  requireScope(ctx, 'billing:read');
   const q = exec(ctx).selectFrom('credit_ledger').selectAll().where('org_id', '=', orgId(ctx));
   const p = await newestFirstPage(q, { time: 'created_at', id: 'id' }, input);
   const items: CreditEntry[] = p.items.map((r) => ({

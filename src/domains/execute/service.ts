@@ -2,7 +2,7 @@ import { chown, lstat, mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import semver from 'semver';
 import { ConfigError, type ExecuteConfig } from '../../config.js';
-import { orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { prefixedId } from '../../platform/ids.js';
 import type { Isolation, Limits, RunResult, WorkDir } from '../../platform/isolation/types.js';
@@ -333,6 +333,7 @@ export async function executeCode(
   body: ExecuteBody,
   signal?: AbortSignal,
 ): Promise<{ id: string; result: ExecutionResult }> {
+  requireScope(ctx, 'execute:run');
   const prepared = await prepareExecution(executor, body);
   const { lang, tc } = prepared;
   if (!executor.isolation.available) {

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
 import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { createUser, issueSessionToken } from './index.js';
@@ -149,6 +150,8 @@ describe('API keys and authentication', () => {
       expect(events.map((e: { eventType: string }) => e.eventType)).toEqual(['api_key.revoked', 'api_key.created']);
       expect(events.every((e: { actorUserId: string }) => e.actorUserId === admin.userId)).toBe(true);
       expect(JSON.stringify(events)).not.toContain(created.key);
+      await expectActivity(h, admin, { eventType: 'api_key.created', resourceType: 'api_key', resourceId: created.id });
+      await expectActivity(h, admin, { eventType: 'api_key.revoked', resourceType: 'api_key', resourceId: created.id });
     });
   });
 

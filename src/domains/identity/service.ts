@@ -1,8 +1,7 @@
-import type { FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import type { Selectable } from 'kysely';
 import type { ApiKeysTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, withTx, type Ctx, type Deps, type Principal } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, withTx, type Authenticate, type Credential, type Ctx, type Deps, type Principal } from '../../platform/context.js';
 import { sha256Hex } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
@@ -106,7 +105,7 @@ function scopesFor(role: Role, keyScopes?: readonly string[]): Set<Scope> {
 }
 
 /** Builds the request authenticator: API keys by hash, session JWTs by issuer. */
-export function createAuthenticator(deps: Deps) {
+export function createAuthenticator(deps: Deps): Authenticate {
   const verify = createTokenVerifier(deps.config);
   const db = deps.db.kysely;
 
@@ -161,16 +160,16 @@ export function createAuthenticator(deps: Deps) {
     return { kind: 'session', userId: user.id, orgId: membership.org_id, role, scopes: scopesFor(role), apiKeyId: null, expiresAt };
   }
 
-  return async function authenticate(req: FastifyRequest): Promise<Principal> {
-    const header = req.headers['x-api-key'];
-    const authorization = req.headers.authorization;
-    let credential: string | undefined;
-    if (typeof header === 'string' && header.trim()) credential = header.trim();
-    else if (authorization && /^bearer\s+/i.test(authorization)) credential = authorization.replace(/^bearer\s+/i, '').trim();
-    if (!credential) throw errors.unauthenticated();
-    const orgHeader = req.headers['x-org-id'];
-    const wantedOrg = typeof orgHeader === 'string' && orgHeader ? orgHeader : undefined;
-    return credential.startsWith('hgr_') ? byApiKey(credential, wantedOrg) : bySession(credential, wantedOrg);
+  /**
+   * Who a credential is: an API key (`hgr_…`, from `apiKey` or a bearer) or a session token (bearer), acting in
+   * `orgIdHint` when given (a session's membership there; an API key must belong to it). Transport-free: the
+   * HTTP hook and the WebSocket each pull the credential out of their own request.
+   */
+  return async function authenticate(credential: Credential, orgIdHint?: string): Promise<Principal> {
+    const secret = credential.apiKey?.trim() || credential.bearer?.trim();
+    if (!secret) throw errors.unauthenticated();
+    const wantedOrg = orgIdHint || undefined;
+    return secret.startsWith('hgr_') ? byApiKey(secret, wantedOrg) : bySession(secret, wantedOrg);
   };
 }
 
@@ -215,6 +214,7 @@ function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]):
 
 /** Creates an API key for the caller; a key never holds a scope its creator lacks. The secret is returned once. */
 export async function createApiKey(ctx: Ctx, input: CreateApiKeyBody): Promise<ApiKey & { key: string }> {
+  requireScope(ctx, 'api_keys:write');
   const org = orgId(ctx);
   const unknown = input.scopes.filter((s) => !isValidScopePattern(s));
   if (unknown.length) throw errors.invalidField('scopes', `unknown scope ${unknown.map((s) => `"${s}"`).join(', ')}`);
@@ -256,6 +256,7 @@ function visibleKeys(ctx: Ctx) {
 }
 
 export async function listApiKeys(ctx: Ctx, input: { limit: number; cursor?: string; includeRevoked: boolean }) {
+  requireScope(ctx, 'api_keys:read');
   let q = visibleKeys(ctx);
   if (!input.includeRevoked) q = q.where('revoked_at', 'is', null);
   const p = await newestFirstPage(q, { time: 'created_at', id: 'id' }, input);
@@ -263,6 +264,7 @@ export async function listApiKeys(ctx: Ctx, input: { limit: number; cursor?: str
 }
 
 export async function getApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  requireScope(ctx, 'api_keys:read');
   const row = await visibleKeys(ctx).where('id', '=', id).executeTakeFirst();
   if (!row) throw errors.notFound('API key', id);
   return toApiKey(row);
@@ -270,6 +272,7 @@ export async function getApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
 
 /** Revokes a key at once (its open sockets on every replica close with 4401); revoking it again changes nothing. */
 export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
+  requireScope(ctx, 'api_keys:write');
   const key = await withTx(ctx, async (tx) => {
     const row = await visibleKeys(tx).where('id', '=', id).executeTakeFirst();
     if (!row) throw errors.notFound('API key', id);

@@ -1,5 +1,5 @@
 import { APICallError, generateText, jsonSchema, streamText, tool, type LanguageModel, type LanguageModelUsage, type ModelMessage, type ToolSet } from 'ai';
-import { orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { orgId, requireScope, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
@@ -23,6 +23,7 @@ export function modelGateway(deps: Deps): ModelGateway {
 }
 
 export async function availableModels(ctx: Ctx) {
+  requireScope(ctx, 'models:use');
   const { catalogue, provider } = modelGateway(ctx.deps);
   const byok = catalogue.filter((m) => m.tier === 'byok');
   const secrets = await existingSecretNames(ctx.deps, orgId(ctx), ctx.principal.userId, [...new Set(byok.map((m) => m.requiresSecret!))]);
@@ -146,6 +147,7 @@ function checkTier(body: ProxyBody) {
 
 /** `POST /v1/model-proxy`: one platform model call, the whole result at once. */
 export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<ProxyResult> {
+  requireScope(ctx, 'models:use');
   checkTier(body);
   const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
@@ -180,6 +182,7 @@ export type StreamLine =
  * then yields NDJSON lines; an error mid-stream is an `error` line and the stream ends.
  */
 export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<AsyncGenerator<StreamLine>> {
+  requireScope(ctx, 'models:use');
   checkTier(body);
   const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);

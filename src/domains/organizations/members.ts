@@ -1,4 +1,4 @@
-import { exec, orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import type { Role } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
@@ -45,6 +45,7 @@ function toMember(r: MemberRow): Member {
 }
 
 export async function listMembers(ctx: Ctx, id: string): Promise<Member[]> {
+  requireScope(ctx, 'org:admin');
   const org = sameOrg(ctx, id);
   const rows = await membershipsQuery(ctx, org).orderBy('m.created_at').orderBy('m.user_id').execute();
   return (await withProfiles(ctx, rows)).map(toMember);
@@ -87,6 +88,7 @@ function memberActivity(ctx: Ctx, org: string, eventType: string, title: string,
  * that verified email takes over (an OIDC issuer's `email_verified`). 409 when already a member.
  */
 export async function addMemberByEmail(ctx: Ctx, id: string, input: { email: string; role: Role }): Promise<Member> {
+  requireScope(ctx, 'org:admin');
   const org = sameOrg(ctx, id);
   return withTx(ctx, async (tx) => {
     await lockOrg(tx, org);
@@ -99,6 +101,7 @@ export async function addMemberByEmail(ctx: Ctx, id: string, input: { email: str
 
 /** A new role applies to the member's next request; their open sockets close (4401) so a reconnect gets the new view. */
 export async function changeMemberRole(ctx: Ctx, id: string, userId: string, role: Role): Promise<Member> {
+  requireScope(ctx, 'org:admin');
   const org = sameOrg(ctx, id);
   let changed = false;
   const result = await withTx(ctx, async (tx) => {
@@ -120,6 +123,7 @@ export async function changeMemberRole(ctx: Ctx, id: string, userId: string, rol
  * sockets in it (keys and session tokens) close on every replica once it committed. What they created stays.
  */
 export async function removeMember(ctx: Ctx, id: string, userId: string): Promise<void> {
+  requireScope(ctx, 'org:admin');
   const org = sameOrg(ctx, id);
   await withTx(ctx, async (tx) => {
     await lockOrg(tx, org);

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createUser, issueSessionToken } from '../identity/index.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
 
 describe('organizations', () => {
@@ -159,6 +160,8 @@ describe('organizations', () => {
         await h.app.inject({ method: 'GET', url: `/v1/activity?resource_type=project&resource_id=${admin.projectId}`, headers: admin.headers }),
       ).data.events;
       expect(act[0]).toMatchObject({ eventType: 'project.resource_pins.updated', status: 'updated', summary: '2 pinned' });
+      const pinned = await expectActivity(h, admin, { eventType: 'project.resource_pins.updated', resourceType: 'project', resourceId: admin.projectId });
+      expect(pinned).toMatchObject({ status: 'updated', summary: '2 pinned', actorUserId: admin.userId });
       expect((await putPins(admin, admin.projectId, { items: [] })).statusCode).toBe(200);
     });
 

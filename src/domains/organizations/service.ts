@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { OrganizationsTable, ProjectsTable } from '../../database.js';
-import { exec, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { exec, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
@@ -56,6 +56,7 @@ function toOrganization(row: Selectable<OrganizationsTable>, role: string, perso
  * lock of the user's row so concurrent creates on any replica cannot pass it together.
  */
 export async function createOrganization(ctx: Ctx, input: { name: string }): Promise<Organization> {
+  requireScope(ctx, 'org:create');
   const userId = ctx.principal.userId;
   const base = slugify(input.name);
   const taken = await exec(ctx).selectFrom('organizations').select('id').where('slug', '=', base).executeTakeFirst();
@@ -136,6 +137,7 @@ export async function listMyOrganizations(ctx: Ctx): Promise<Organization[]> {
 }
 
 export async function getOrganization(ctx: Ctx, id: string): Promise<Organization> {
+  requireScope(ctx, 'org:read');
   const org = (await listMyOrganizations(ctx)).find((o) => o.id === id);
   if (!org) throw errors.notFound('organization', id);
   return org;
@@ -179,16 +181,19 @@ async function withWorkspaces(ctx: Ctx, rows: Selectable<ProjectsTable>[]): Prom
 }
 
 export async function listProjects(ctx: Ctx): Promise<Project[]> {
+  requireScope(ctx, 'projects:read');
   return withWorkspaces(ctx, await projectsInOrg(ctx).orderBy('p.created_at').execute());
 }
 
 export async function getProject(ctx: Ctx, id: string): Promise<Project> {
+  requireScope(ctx, 'projects:read');
   const row = await projectsInOrg(ctx).where('p.id', '=', id).executeTakeFirst();
   if (!row) throw errors.notFound('project', id);
   return (await withWorkspaces(ctx, [row]))[0];
 }
 
 export async function getResourcePins(ctx: Ctx, projectId: string): Promise<ResourcePins> {
+  requireScope(ctx, 'projects:read');
   const row = await exec(ctx)
     .selectFrom('projects')
     .select(['id', 'resource_pins', 'updated_at'])
@@ -201,6 +206,7 @@ export async function getResourcePins(ctx: Ctx, projectId: string): Promise<Reso
 
 /** Replaces the project's pinned resources as a whole, in the order given. */
 export async function replaceResourcePins(ctx: Ctx, projectId: string, items: { key: string }[]): Promise<ResourcePins> {
+  requireScope(ctx, 'projects:write');
   return withTx(ctx, async (tx) => {
     await getResourcePins(tx, projectId);
     const now = nowIso();

@@ -1,4 +1,4 @@
-import type { Ctx } from '../../platform/context.js';
+import { requireScope, type Ctx } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import type { AgentClient, AgentProcess, OutputEvent } from '../../platform/sandboxes/index.js';
 import { resolveTemplate } from '../templates/index.js';
@@ -23,6 +23,7 @@ async function templateWorkdir(ctx: Ctx, slug: string, templateId: string): Prom
 
 /** Starts a command in a running sandbox; without `cwd` it runs in the template's WORKDIR, else the agent's default (home). */
 export async function startCommand(ctx: Ctx, id: string, body: CommandBody): Promise<Started> {
+  requireScope(ctx, 'sandbox:write');
   const { agent, row } = await agentOf(ctx, id);
   if (body.keepStdin && !body.background) throw errors.invalidField('keepStdin', 'applies to background commands only');
   if (body.keepStdin && body.stdin !== undefined) throw errors.invalidField('stdin', 'give stdin with POST /processes/{pid}/stdin when keepStdin is true');

@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { FakeAgent } from '../../../test/fakes/agent.js';
 import { securitySuite } from '../../../test/security.js';
 
@@ -594,6 +595,7 @@ describe('lifecycle', () => {
     expect(events.map((e) => e.eventType)).toEqual(['sandbox.destroyed', 'sandbox.resumed', 'sandbox.paused', 'sandbox.created']);
     expect(events.every((e) => e.resourceId === id)).toBe(true);
     expect(events[2]!.metadata).toMatchObject({ trigger: 'request' });
+    await expectActivity(h, admin, { eventType: 'sandbox.paused', resourceType: 'sandbox', resourceId: id, metadata: { trigger: 'request' } });
   });
 
   it('meters running time: it grows while running and stands still while paused', async () => {

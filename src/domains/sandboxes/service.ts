@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { SandboxesTable, SandboxState } from '../../database.js';
-import { exec, isOrgAdmin, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { AppError, errors } from '../../platform/http/errors.js';
@@ -156,6 +156,7 @@ export async function sandboxUsingTemplate(ctx: Ctx, templateId: string): Promis
 
 /** An admin lists every sandbox of the organization (metadata); a member only their own. */
 export async function listSandboxes(ctx: Ctx, q: { limit: number; cursor?: string; state?: SandboxState }) {
+  requireScope(ctx, 'sandbox:read');
   let query = exec(ctx).selectFrom('sandboxes').selectAll().where('org_id', '=', orgId(ctx));
   if (!isOrgAdmin(ctx)) query = query.where('created_by_user_id', '=', ctx.principal.userId);
   query = q.state ? query.where('state', '=', q.state) : query.where('state', '!=', 'destroyed');
@@ -378,6 +379,7 @@ function local(ctx: Ctx, row: Row): void {
 }
 
 export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'idle_timeout' = 'request'): Promise<Sandbox> {
+  requireScope(ctx, 'sandbox:write');
   const { row: first } = await findVisible(ctx, id);
   local(ctx, first);
   return serialized(ctx.deps, id, async () => {
@@ -433,6 +435,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
 }
 
 export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
+  requireScope(ctx, 'sandbox:write');
   const { row: first } = await findVisible(ctx, id);
   local(ctx, first);
   await serialized(ctx.deps, id, async () => {
@@ -498,8 +501,9 @@ async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void
 
 // ---- housekeeping ----------------------------------------------------------------------------
 
+/** Housekeeping acts as the sandbox's creator, with the sandbox scopes its verbs check (nothing else). */
 function ownerCtx(deps: Deps, row: Row): Ctx {
-  return systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(), apiKeyId: null });
+  return systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(['sandbox:read', 'sandbox:write'] as const), apiKeyId: null });
 }
 
 /**

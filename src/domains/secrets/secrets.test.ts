@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
 import { ALL_SCOPES } from '../../platform/scopes.js';
 import { resolveSecret } from './index.js';
@@ -66,6 +67,24 @@ describe('secrets', () => {
     expect(again.statusCode).toBe(404);
     expect(json(again).error.code).toBe('not_found');
     expect(json(again).error.message).toContain('DEPLOY_TOKEN');
+  });
+
+  it('records secret.created, secret.updated and secret.deleted with name and scope, never the value', async () => {
+    const values = [secretValue('act1'), secretValue('act2')];
+    expect((await put(admin, { name: 'AUDITED', value: values[0], scope: 'organization' })).statusCode).toBe(201);
+    expect((await put(admin, { name: 'AUDITED', value: values[1], scope: 'organization' })).statusCode).toBe(200);
+    expect((await del(admin, 'AUDITED', 'organization')).statusCode).toBe(204);
+    const created = await expectActivity(h, admin, { eventType: 'secret.created', resourceType: 'secret', metadata: { name: 'AUDITED', scope: 'organization' } });
+    await expectActivity(h, admin, { eventType: 'secret.updated', resourceType: 'secret', resourceId: created.resourceId, metadata: { name: 'AUDITED', scope: 'organization' } });
+    await expectActivity(h, admin, { eventType: 'secret.deleted', resourceType: 'secret', resourceId: created.resourceId, metadata: { name: 'AUDITED', scope: 'organization' } });
+    expect(created.actorUserId).toBe(admin.userId);
+
+    // a member's own secret: the member reads their events; no event anywhere holds a value
+    expect((await put(member, { name: 'MINE', value: values[0] })).statusCode).toBe(201);
+    await expectActivity(h, member, { eventType: 'secret.created', metadata: { name: 'MINE', scope: 'user' } });
+    const all = await h.app.inject({ method: 'GET', url: '/v1/activity?resource_type=secret&limit=200', headers: admin.headers });
+    expect(all.statusCode).toBe(200);
+    for (const v of values) expect(all.body).not.toContain(v);
   });
 
   it('normalizes names: upper-cased, other characters become "_", on create, delete and resolve', async () => {

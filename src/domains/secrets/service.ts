@@ -1,11 +1,12 @@
 import type { Selectable } from 'kysely';
 import { z } from 'zod';
 import type { SecretsTable } from '../../database.js';
-import { exec, hasScope, orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, hasScope, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { decrypt, deriveKey, encrypt } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { recordActivity } from '../activity/index.js';
 
 export type SecretScope = 'user' | 'organization';
 const ORG = 'org';
@@ -48,22 +49,49 @@ function ownerFor(ctx: Ctx, scope: SecretScope): string {
   return ORG;
 }
 
+/** Records a secret's change by name and scope (never its value), in the change's transaction. */
+function secretActivity(ctx: Ctx, row: Pick<Selectable<SecretsTable>, 'id' | 'name' | 'owner'>, action: 'created' | 'updated' | 'deleted') {
+  const scope: SecretScope = row.owner === ORG ? 'organization' : 'user';
+  return recordActivity(ctx, {
+    resourceType: 'secret',
+    resourceId: row.id,
+    eventType: `secret.${action}`,
+    status: 'completed',
+    title: `Secret ${row.name} ${action}`,
+    metadata: { name: row.name, scope },
+  });
+}
+
 /** Creates or replaces a secret; the value is encrypted (AES-256-GCM) and never returned. */
 export async function putSecret(ctx: Ctx, input: { name: string; value: string; scope: SecretScope }): Promise<{ secret: Secret; created: boolean }> {
+  requireScope(ctx, 'secrets:write');
   const org = orgId(ctx);
   const owner = ownerFor(ctx, input.scope);
   const sealed = encrypt(keyOf(ctx.deps), input.value, aad(org, owner, input.name));
+  const replace = () =>
+    withTx(ctx, async (tx) => {
+      const now = nowIso();
+      const existing = await exec(tx).selectFrom('secrets').selectAll().where('org_id', '=', org).where('owner', '=', owner).where('name', '=', input.name).executeTakeFirst();
+      if (!existing) return null;
+      await exec(tx).updateTable('secrets').set({ ciphertext: sealed, updated_at: now }).where('id', '=', existing.id).execute();
+      await secretActivity(tx, existing, 'updated');
+      return { secret: toSecret({ ...existing, updated_at: now }), created: false };
+    });
+  const replaced = await replace();
+  if (replaced) return replaced;
   const now = nowIso();
-  const existing = await exec(ctx).selectFrom('secrets').selectAll().where('org_id', '=', org).where('owner', '=', owner).where('name', '=', input.name).executeTakeFirst();
-  if (existing) {
-    await exec(ctx).updateTable('secrets').set({ ciphertext: sealed, updated_at: now }).where('id', '=', existing.id).execute();
-    return { secret: toSecret({ ...existing, updated_at: now }), created: false };
-  }
   const row: Selectable<SecretsTable> = { id: prefixedId('sec'), org_id: org, owner, name: input.name, ciphertext: sealed, created_by_user_id: ctx.principal.userId, created_at: now, updated_at: now };
   try {
-    await exec(ctx).insertInto('secrets').values(row).execute();
+    await withTx(ctx, async (tx) => {
+      await exec(tx).insertInto('secrets').values(row).execute();
+      await secretActivity(tx, row, 'created');
+    });
   } catch (err) {
-    if (isUniqueViolation(err)) return putSecret(ctx, input); // a concurrent put made it: replace it
+    // A concurrent put made it: replace it (outside a caller's transaction, which the failed insert has spoilt on PostgreSQL).
+    if (isUniqueViolation(err) && !ctx.trx) {
+      const again = await replace();
+      if (again) return again;
+    }
     throw err;
   }
   return { secret: toSecret(row), created: true };
@@ -71,6 +99,7 @@ export async function putSecret(ctx: Ctx, input: { name: string; value: string; 
 
 /** The caller's own secrets and the organization's, by name (values never). */
 export async function listSecrets(ctx: Ctx): Promise<Secret[]> {
+  requireScope(ctx, 'secrets:read');
   const rows = await exec(ctx)
     .selectFrom('secrets')
     .selectAll()
@@ -83,9 +112,13 @@ export async function listSecrets(ctx: Ctx): Promise<Secret[]> {
 }
 
 export async function deleteSecret(ctx: Ctx, name: string, scope: SecretScope): Promise<void> {
+  requireScope(ctx, 'secrets:write');
   const owner = ownerFor(ctx, scope);
-  const res = await exec(ctx).deleteFrom('secrets').where('org_id', '=', orgId(ctx)).where('owner', '=', owner).where('name', '=', name).executeTakeFirst();
-  if (Number(res.numDeletedRows) === 0) throw errors.notFound(`${scope} secret`, name);
+  await withTx(ctx, async (tx) => {
+    const row = await exec(tx).deleteFrom('secrets').where('org_id', '=', orgId(tx)).where('owner', '=', owner).where('name', '=', name).returning(['id', 'name', 'owner']).executeTakeFirst();
+    if (!row) throw errors.notFound(`${scope} secret`, name);
+    await secretActivity(tx, row, 'deleted');
+  });
 }
 
 /**

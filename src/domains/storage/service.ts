@@ -2,7 +2,7 @@ import type { Selectable } from 'kysely';
 import mime from 'mime';
 import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
 import { BlobTooLargeError, type BlobSource } from '../../platform/blobs/index.js';
-import { exec, isOrgAdmin, orgId, withTx, type Ctx } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
@@ -100,6 +100,7 @@ function accessibleWorkspaces(ctx: Ctx) {
 }
 
 export async function listWorkspaces(ctx: Ctx): Promise<Workspace[]> {
+  requireScope(ctx, 'storage:read');
   const rows = await accessibleWorkspaces(ctx).orderBy('kind').orderBy('created_at').execute();
   return rows.map(toWorkspace);
 }
@@ -164,6 +165,7 @@ async function insertFolder(ctx: Ctx, row: ReturnType<typeof folderRow>): Promis
 
 /** Lists a folder (the root by default): folders first, then files, by name. */
 export async function listFolder(ctx: Ctx, workspaceId: string, rawPath = ''): Promise<WorkspaceFileEntry[]> {
+  requireScope(ctx, 'storage:read');
   await getWorkspace(ctx, workspaceId);
   const path = normalizePath(rawPath);
   if (path !== '') {
@@ -228,6 +230,7 @@ async function chargeStorage(ctx: Ctx, delta: number): Promise<void> {
 }
 
 export async function storageUsage(ctx: Ctx) {
+  requireScope(ctx, 'storage:read');
   const row = await exec(ctx).selectFrom('storage_usage').select('used_bytes').where('org_id', '=', orgId(ctx)).executeTakeFirst();
   return { usedBytes: Number(row?.used_bytes ?? 0), quotaBytes: ctx.deps.config.storageQuotaBytes };
 }
@@ -251,6 +254,7 @@ export async function writeFile(
   body: BlobSource,
   opts: { contentType?: string; contentLength?: number } = {},
 ): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
+  requireScope(ctx, 'storage:write');
   const org = orgId(ctx);
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
@@ -332,6 +336,7 @@ export async function writeFile(
 }
 
 export async function makeFolder(ctx: Ctx, workspaceId: string, rawPath: string): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
+  requireScope(ctx, 'storage:write');
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   try {
@@ -381,6 +386,7 @@ function subtree(ctx: Ctx, workspaceId: string, path: string) {
 }
 
 export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody): Promise<WorkspaceFileEntry> {
+  requireScope(ctx, 'storage:write');
   await getWorkspace(ctx, workspaceId);
   const from = normalizeEntryPath(input.from, 'from');
   const to = normalizeEntryPath(input.to, 'to');
@@ -425,6 +431,7 @@ export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody):
 }
 
 export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string, recursive: boolean) {
+  requireScope(ctx, 'storage:write');
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const { rows, bytes } = await withTx(ctx, async (tx) => {
@@ -460,6 +467,7 @@ export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string
 
 /** A file's metadata and a way to read its bytes (whole or a range). */
 export async function openFile(ctx: Ctx, workspaceId: string, rawPath: string) {
+  requireScope(ctx, 'storage:read');
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const row = await findEntry(ctx, workspaceId, path);

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 
 let h: Harness;
 beforeAll(async () => {
@@ -740,6 +741,7 @@ describe('activity', () => {
       await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/activity?event_type=workspace.file.moved`, headers: admin.headers }),
     ).data.events;
     expect(byType).toHaveLength(1);
+    await expectActivity(h, admin, { eventType: 'workspace.file.moved', resourceType: 'workspace', resourceId: ws, metadata: { from: 'log/a.txt', to: 'made/b.txt' } });
 
     const paged = json(await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/activity?limit=2`, headers: admin.headers }));
     expect(paged.data.events).toHaveLength(2);

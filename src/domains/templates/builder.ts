@@ -1,9 +1,9 @@
 import { nowIso } from '../../platform/ids.js';
 import { KeyedQueue } from '../../platform/keyed-queue.js';
-import { systemCtx, type Deps } from '../../platform/context.js';
+import { exec, systemCtx, withTx, type Deps } from '../../platform/context.js';
 import { requireFreeDisk } from '../../platform/sandboxes/index.js';
 import type { BuildPlan } from './plan.js';
-import { logKey, resolveTemplate, SYSTEM } from './service.js';
+import { logKey, resolveTemplate, SYSTEM, templateActivity } from './service.js';
 
 /** A message on a template's build channel; SSE clients of /logs relay them. */
 export type BuildMessage =
@@ -51,16 +51,31 @@ export class TemplateBuilder {
   /** Builds left `building` by a process that is gone fail with that reason; pending ones are queued again. */
   async recover(): Promise<void> {
     const db = this.deps.db.kysely;
-    const stale = await db.selectFrom('templates').select(['id']).where('status', '=', 'building').where('node_id', '=', this.deps.config.sandboxes.nodeId).execute();
-    for (const { id } of stale) {
+    const stale = await db
+      .selectFrom('templates')
+      .select(['id', 'slug', 'owner', 'created_by_user_id'])
+      .where('status', '=', 'building')
+      .where('node_id', '=', this.deps.config.sandboxes.nodeId)
+      .execute();
+    for (const row of stale) {
+      const { id } = row;
       // Its build container and disk image (after a reboot nothing mounted, but the image would stay on disk).
       await this.deps.sandboxes.destroy(buildIdOf(id)).catch(() => undefined);
       await this.deps.sandboxes.removeLayer(id).catch(() => undefined);
-      await db.updateTable('templates').set({ status: 'failed', error: 'the build was interrupted by a restart of Hangar', updated_at: nowIso(), build_finished_at: nowIso() }).where('id', '=', id).execute();
+      const error = 'the build was interrupted by a restart of Hangar';
+      await withTx(this.ownerCtx(row), async (tx) => {
+        await exec(tx).updateTable('templates').set({ status: 'failed', error, updated_at: nowIso(), build_finished_at: nowIso() }).where('id', '=', id).execute();
+        await templateActivity(tx, row, 'failed', error);
+      });
       await this.deps.blobs.append(logKey(id), 'error: the build was interrupted by a restart of Hangar\n').catch(() => undefined);
     }
     const pending = await db.selectFrom('templates').select(['id']).where('status', '=', 'pending').where('owner', '!=', SYSTEM).where('node_id', '=', this.deps.config.sandboxes.nodeId).orderBy('created_at').execute();
     for (const { id } of pending) this.enqueue(id);
+  }
+
+  /** The context a build acts in: the template's creator, in its organization (none for a system template). */
+  private ownerCtx(row: { owner: string; created_by_user_id: string | null }) {
+    return systemCtx(this.deps, { userId: row.created_by_user_id ?? 'system', orgId: row.owner === SYSTEM ? null : row.owner, role: null, scopes: new Set(), apiKeyId: null });
   }
 
   private async build(id: string): Promise<void> {
@@ -87,18 +102,21 @@ export class TemplateBuilder {
     };
     const setStatus = async (status: 'building' | 'ready' | 'failed', progress: number, error: string | null) => {
       const now = nowIso();
-      await db
-        .updateTable('templates')
-        .set({
-          status,
-          progress,
-          error,
-          updated_at: now,
-          node_id: deps.config.sandboxes.nodeId,
-          ...(status === 'building' ? { build_started_at: now, build_finished_at: null } : { build_finished_at: now }),
-        })
-        .where('id', '=', id)
-        .execute();
+      await withTx(this.ownerCtx(row), async (tx) => {
+        await exec(tx)
+          .updateTable('templates')
+          .set({
+            status,
+            progress,
+            error,
+            updated_at: now,
+            node_id: deps.config.sandboxes.nodeId,
+            ...(status === 'building' ? { build_started_at: now, build_finished_at: null } : { build_finished_at: now }),
+          })
+          .where('id', '=', id)
+          .execute();
+        await templateActivity(tx, row, status === 'building' ? 'build_started' : status, error);
+      });
       await deps.bus.publish(buildChannel(id), { type: 'status', status, progress, error } satisfies BuildMessage);
     };
 
@@ -108,7 +126,7 @@ export class TemplateBuilder {
     const started = Date.now();
     const deadline = started + deps.config.sandboxes.buildTimeoutSeconds * 1000;
     try {
-      const ctx = systemCtx(deps, { userId: row.created_by_user_id ?? 'system', orgId: row.owner === SYSTEM ? null : row.owner, role: null, scopes: new Set(), apiKeyId: null });
+      const ctx = this.ownerCtx(row);
       const parent = row.parent_id
         ? await resolveTemplate({ ...ctx, principal: { ...ctx.principal, orgId: row.owner === SYSTEM ? 'system' : row.owner } }, '', row.parent_id)
         : { layers: [], env: {} as Record<string, string> };

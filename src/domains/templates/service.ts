@@ -1,11 +1,12 @@
 import type { Selectable } from 'kysely';
 import type { TemplatesTable } from '../../database.js';
-import { exec, orgId, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
+import { recordActivity } from '../activity/index.js';
 import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
 import type { CreateTemplateBody, Template } from './schemas.js';
 
@@ -123,11 +124,13 @@ async function parentSlugOf(ctx: Ctx, row: Row): Promise<string | null> {
 }
 
 export async function getTemplate(ctx: Ctx, slug: string): Promise<Template> {
+  requireScope(ctx, 'templates:read');
   const row = await findRow(ctx, slug);
   return toTemplate(ctx.deps, row, await parentSlugOf(ctx, row));
 }
 
 export async function templateRow(ctx: Ctx, slug: string): Promise<Row> {
+  requireScope(ctx, 'templates:read');
   return findRow(ctx, slug);
 }
 
@@ -142,12 +145,41 @@ export async function systemTemplateState(deps: Deps, slug: string): Promise<Pic
 }
 
 export async function listTemplates(ctx: Ctx): Promise<Template[]> {
+  requireScope(ctx, 'templates:read');
   const rows = await exec(ctx).selectFrom('templates').selectAll().where('owner', 'in', visible(ctx)).orderBy('owner', 'desc').orderBy('slug').execute();
   const byId = new Map(rows.map((r) => [r.id, r]));
   return rows.map((r) => toTemplate(ctx.deps, r, r.parent_id ? (byId.get(r.parent_id)?.slug ?? null) : r.source === 'base' ? null : 'base-ubuntu'));
 }
 
+export type TemplateEvent = 'created' | 'build_started' | 'ready' | 'failed' | 'deleted';
+
+/** Records a change of an organization's template in the caller's transaction (system templates have no organization). */
+export async function templateActivity(ctx: Ctx, row: Pick<Row, 'id' | 'slug' | 'owner'>, event: TemplateEvent, error?: string | null): Promise<void> {
+  if (row.owner === SYSTEM) return;
+  const titles: Record<TemplateEvent, string> = {
+    created: 'created',
+    build_started: 'build started',
+    ready: 'built and ready',
+    failed: 'build failed',
+    deleted: 'deleted',
+  };
+  await recordActivity(
+    ctx,
+    {
+      resourceType: 'template',
+      resourceId: row.id,
+      eventType: `template.${event}`,
+      status: event === 'failed' ? 'failed' : event === 'build_started' ? 'running' : 'completed',
+      title: `Template ${row.slug} ${titles[event]}`,
+      ...(error ? { summary: error } : {}),
+      metadata: { slug: row.slug },
+    },
+    row.owner,
+  );
+}
+
 export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promise<Row> {
+  requireScope(ctx, 'templates:write');
   const org = orgId(ctx);
   const { deps } = ctx;
   if (!deps.sandboxes.available) throw errors.unavailable(`templates cannot be built on this server: ${deps.sandboxes.unavailableReason}`);
@@ -199,7 +231,15 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
   if (system) throw errors.conflict(`template slug "${body.slug}" is taken by a system template`);
   await requireFreeDisk(deps.config.sandboxes, 'no new template build');
   try {
-    await exec(ctx).insertInto('templates').values(row).execute();
+    await withTx(ctx, async (tx) => {
+      if (parent && ctx.deps.db.dialect === 'postgres') {
+        // Hold the parent until this commits, so a delete of it waits (and then sees this child).
+        const held = await exec(tx).selectFrom('templates').select('id').where('id', '=', parent.id).forShare().executeTakeFirst();
+        if (!held) throw errors.invalidField('dockerfile', `FROM ${parent.slug}: no such template`);
+      }
+      await exec(tx).insertInto('templates').values(row).execute();
+      await templateActivity(tx, row, 'created');
+    });
   } catch (err) {
     if (isUniqueViolation(err)) throw errors.conflict(`your organization already has a template "${body.slug}"`);
     throw err;
@@ -216,16 +256,27 @@ export function setTemplateUseCheck(deps: Deps, fn: TemplateUseCheck): void {
 }
 
 export async function deleteTemplate(ctx: Ctx, slug: string): Promise<Row> {
-  const row = await findRow(ctx, slug);
-  if (row.owner === SYSTEM) throw errors.forbidden(`"${slug}" is a system template and cannot be deleted`);
-  if (row.status === 'building' || row.status === 'pending') throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
-  const templateUseCheck = ctx.deps.state.get(USE_CHECK).check;
-  if (!templateUseCheck) throw new Error('deleteTemplate: no template use check is registered (buildApp registers the sandboxes domain’s)');
-  const user = await templateUseCheck(ctx, row.id);
-  if (user) throw errors.conflict(`template "${slug}" is used by sandbox ${user}; destroy its sandboxes first`);
-  const child = await exec(ctx).selectFrom('templates').select('slug').where('parent_id', '=', row.id).limit(1).executeTakeFirst();
-  if (child) throw errors.conflict(`template "${child.slug}" is built on "${slug}"; delete it first`);
-  await exec(ctx).deleteFrom('templates').where('id', '=', row.id).execute();
+  requireScope(ctx, 'templates:write');
+  // The checks and the delete in one transaction that locks the template's row (PostgreSQL), so a build on it
+  // or a new child cannot slip in between; SQLite transactions already run one at a time.
+  const row = await withTx(ctx, async (tx) => {
+    const found = await findRow(tx, slug);
+    if (found.owner === SYSTEM) throw errors.forbidden(`"${slug}" is a system template and cannot be deleted`);
+    let lock = exec(tx).selectFrom('templates').selectAll().where('id', '=', found.id);
+    if (ctx.deps.db.dialect === 'postgres') lock = lock.forUpdate();
+    const row = await lock.executeTakeFirst();
+    if (!row) throw errors.notFound('template', slug);
+    if (row.status === 'building' || row.status === 'pending') throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
+    const templateUseCheck = ctx.deps.state.get(USE_CHECK).check;
+    if (!templateUseCheck) throw new Error('deleteTemplate: no template use check is registered (buildApp registers the sandboxes domain’s)');
+    const user = await templateUseCheck(tx, row.id);
+    if (user) throw errors.conflict(`template "${slug}" is used by sandbox ${user}; destroy its sandboxes first`);
+    const child = await exec(tx).selectFrom('templates').select('slug').where('parent_id', '=', row.id).limit(1).executeTakeFirst();
+    if (child) throw errors.conflict(`template "${child.slug}" is built on "${slug}"; delete it first`);
+    await exec(tx).deleteFrom('templates').where('id', '=', row.id).execute();
+    await templateActivity(tx, row, 'deleted');
+    return row;
+  });
   await ctx.deps.sandboxes.removeLayer(row.id);
   await ctx.deps.blobs.delete(logKey(row.id)).catch(() => undefined);
   return row;

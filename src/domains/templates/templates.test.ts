@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
 
 // Real builds: a build container runs each step as root with network (Debian's mirror and npm are reachable
@@ -207,6 +208,10 @@ describe('a build from the builder fields', () => {
     expect(polled.template.runs).toContain('cowsay');
     expect(polled.template.buildStartedAt).toBeTruthy();
     expect(polled.template.buildFinishedAt).toBeTruthy();
+    for (const eventType of ['template.created', 'template.build_started', 'template.ready']) {
+      const event = await expectActivity(h, admin, { eventType, resourceType: 'template', resourceId: created.id, metadata: { slug } });
+      expect(event.actorUserId).toBe(admin.userId);
+    }
     apt = { id: created.id, slug };
   });
 
@@ -300,6 +305,8 @@ describe('a failing build', () => {
 
     const stream = await readLogStream(admin, slug);
     expect(stream.events[stream.events.length - 1]).toMatchObject({ event: 'status', data: { status: 'failed', error: template.error } });
+    const failed = await expectActivity(h, admin, { eventType: 'template.failed', resourceType: 'template', resourceId: template.id, metadata: { slug } });
+    expect(failed).toMatchObject({ severity: 'error', status: 'failed', summary: template.error });
   });
 
   it('cannot start a sandbox', async () => {
@@ -310,9 +317,11 @@ describe('a failing build', () => {
   });
 
   it('can be deleted once failed', async () => {
+    const id = (await getTemplate(admin, slug)).id;
     const res = await call(admin, 'DELETE', `/v1/templates/${slug}`);
     expect(res.statusCode, res.body).toBe(204);
     expectError(await call(admin, 'GET', `/v1/templates/${slug}`), 404, 'not_found');
+    await expectActivity(h, admin, { eventType: 'template.deleted', resourceType: 'template', resourceId: id, metadata: { slug } });
   });
 });
 

@@ -1,6 +1,6 @@
 import type { Selectable, Transaction } from 'kysely';
 import type { Database, ThreadRolloutsTable, ThreadsTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import { decodeCursor, encodeCursor } from '../../platform/http/pagination.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
@@ -61,6 +61,7 @@ export async function createThread(
   ctx: Ctx,
   input: { title?: string; executionMode: string; agentId?: string; metadata?: Record<string, string> },
 ): Promise<Thread> {
+  requireScope(ctx, 'agent:run');
   const now = nowIso();
   const id = prefixedId('thr');
   const rolloutId = prefixedId('rol');
@@ -95,6 +96,7 @@ export async function getThread(ctx: Ctx, id: string): Promise<{ thread: Thread;
 }
 
 export async function listThreads(ctx: Ctx, q: { limit: number; cursor?: string; archived: boolean }) {
+  requireScope(ctx, 'agent:read');
   let query = exec(ctx).selectFrom('threads').selectAll().where('org_id', '=', orgId(ctx)).where('owner_user_id', '=', ctx.principal.userId);
   if (!q.archived) query = query.where('archived', '=', 0);
   const page = await newestFirstPage(query, { time: 'updated_at', id: 'id' }, q);
@@ -102,6 +104,7 @@ export async function listThreads(ctx: Ctx, q: { limit: number; cursor?: string;
 }
 
 export async function listRollouts(ctx: Ctx, id: string): Promise<Rollout[]> {
+  requireScope(ctx, 'agent:read');
   const row = await ownThread(ctx, id, 'read its rollouts');
   const rollouts = await exec(ctx).selectFrom('thread_rollouts').selectAll().where('thread_id', '=', row.id).orderBy('position').execute();
   const stats = await exec(ctx)
@@ -151,6 +154,7 @@ export async function listEvents(
   id: string,
   q: { limit: number; cursor?: string; rollout_id?: string; include?: 'all_rollouts' },
 ): Promise<{ thread: Thread; events: ThreadEvent[]; hasMore: boolean; nextCursor: string | null }> {
+  requireScope(ctx, 'agent:read');
   const row = await ownThread(ctx, id, 'read its events');
   let query = exec(ctx).selectFrom('thread_events').selectAll().where('thread_id', '=', row.id);
   if (q.rollout_id) {
@@ -375,6 +379,7 @@ function threadActivity(ctx: Ctx, row: Row, eventType: string, title: string, me
 }
 
 export async function updateThread(ctx: Ctx, id: string, body: { title?: string | null; archived?: boolean }): Promise<Thread> {
+  requireScope(ctx, 'agent:run');
   const row = await ownThread(ctx, id, 'change it');
   const now = nowIso();
   const renamed = body.title !== undefined && body.title !== row.title;
@@ -392,12 +397,30 @@ export async function updateThread(ctx: Ctx, id: string, body: { title?: string 
 }
 
 export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
+  requireScope(ctx, 'agent:run');
   const { row, view } = await findThread(ctx, id);
   if (view !== 'owner' && !isOrgAdmin(ctx)) throw errors.forbidden('only the thread’s owner or an organization admin can delete it');
-  const busy = await ctx.deps.db.kysely.selectFrom('thread_run_locks').select('run_id').where('thread_id', '=', id).where('expires_at', '>', nowIso()).executeTakeFirst();
-  if (busy) throw threadBusy(busy.run_id);
   await inTurn(ctx.deps, id, () =>
     withTx(ctx, async (tx) => {
+      if (!(await lockThreadRow(ctx.deps, tx.trx!, id))) throw errors.notFound('thread', id);
+      // The busy check is taking the thread's run lock inside this transaction: a run that holds it makes the
+      // delete 409, and a run starting meanwhile waits on the lock row until the thread is gone (PostgreSQL;
+      // SQLite runs one transaction at a time).
+      const now = new Date();
+      const took = await exec(tx)
+        .insertInto('thread_run_locks')
+        .values({ thread_id: id, run_id: `delete_${ctx.requestId}`, holder: ctx.deps.config.sandboxes.nodeId, acquired_at: now.toISOString(), expires_at: new Date(now.getTime() + 60_000).toISOString() })
+        .onConflict((oc) =>
+          oc
+            .column('thread_id')
+            .doUpdateSet({ run_id: `delete_${ctx.requestId}`, acquired_at: now.toISOString() })
+            .where('thread_run_locks.expires_at', '<=', now.toISOString()),
+        )
+        .executeTakeFirst();
+      if (Number(took.numInsertedOrUpdatedRows ?? 0) !== 1) {
+        const busy = await exec(tx).selectFrom('thread_run_locks').select('run_id').where('thread_id', '=', id).executeTakeFirst();
+        throw threadBusy(busy?.run_id ?? 'unknown');
+      }
       await exec(tx).deleteFrom('thread_events').where('thread_id', '=', id).execute();
       await exec(tx).deleteFrom('thread_rollouts').where('thread_id', '=', id).execute();
       await exec(tx).deleteFrom('thread_run_locks').where('thread_id', '=', id).execute();
@@ -419,6 +442,7 @@ export type TransientPublisher = (frame: TransientFrame) => Promise<void>;
  * timestamps touched. Local-device clients (POST /v1/thread-events) and runs publish through here alike.
  */
 export async function transientPublisher(ctx: Ctx, threadId: string, rolloutId: string): Promise<TransientPublisher> {
+  requireScope(ctx, 'agent:run');
   const row = await ownThread(ctx, threadId, 'publish frames to it');
   const rollout = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', rolloutId).executeTakeFirst();
   if (!rollout) throw errors.invalidField('frame.rolloutId', `is not a rollout of thread ${threadId}`);
@@ -532,6 +556,7 @@ export async function compactThread(
   body: { reason?: string },
   summarize?: (events: ThreadEvent[]) => Promise<{ summary: string; model: string } | null>,
 ): Promise<{ thread: Thread; rollout: Rollout; events: ThreadEvent[] }> {
+  requireScope(ctx, 'agent:run');
   const owned = await ownThread(ctx, id, 'compact it');
   const runId = prefixedId('cmp');
   const lock = await acquireRunLock(ctx.deps, id, runId);

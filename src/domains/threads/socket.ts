@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
-import type { Ctx, Deps, Principal } from '../../platform/context.js';
+import type { Authenticate, Ctx, Deps } from '../../platform/context.js';
 import { AppError } from '../../platform/http/errors.js';
 import { PROTOCOL_VERSION, type SnapshotFrame } from './frames.js';
 import { outgoing, type ThreadHub, type OutgoingFrame, type Subscriber } from './hub.js';
@@ -26,8 +26,6 @@ const SNAPSHOT_EVENTS = 100;
 const REPLAY_PAGE = 500;
 /** A client further behind than this gets a fresh snapshot (`resync: true`) instead of a replay. */
 const MAX_REPLAY = 10_000;
-
-type Authenticate = (req: FastifyRequest) => Promise<Principal>;
 
 /** A close reason is at most 123 bytes of UTF-8 (RFC 6455; `ws` throws on more): cut it to fit. */
 function closeReason(reason: string): string {
@@ -63,10 +61,8 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
   };
   try {
     if (q.api_key && !q.api_key.startsWith('hgr_')) return close(CLOSE.unauthenticated, 'api_key is not an API key; send a session token as token');
-    const headers: Record<string, string> = q.api_key ? { 'x-api-key': q.api_key } : { authorization: `Bearer ${q.token}` };
-    if (q.org_id) headers['x-org-id'] = q.org_id;
-    const fakeReq = { headers } as unknown as FastifyRequest;
-    const principal = await authenticate(fakeReq);
+    const credential = q.api_key ? { apiKey: q.api_key } : { bearer: q.token };
+    const principal = await authenticate(credential, q.org_id || undefined);
     if (!principal.orgId) return close(CLOSE.forbidden, 'this credential has no organization');
     if (!principal.scopes.has('agent:read')) return close(CLOSE.forbidden, 'this credential lacks the "agent:read" scope');
     ctx = { deps, requestId: req.id, principal };
@@ -74,7 +70,7 @@ export async function serveSocket(deps: Deps, hub: ThreadHub, authenticate: Auth
     const untrack = deps.live.track(principal, end);
     socket.on('close', untrack);
     // A revocation committed between the first check and the tracking would be missed: check once more.
-    await authenticate(fakeReq);
+    await authenticate(credential, q.org_id || undefined);
     if (closed) return;
   } catch (err) {
     const e = err as AppError;

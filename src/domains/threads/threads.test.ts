@@ -8,8 +8,9 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, testDatabaseUrl, type Actor, type Harness } from '../../../test/harness.js';
+import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
-import { acquireRunLock, appendDurable, rebuildThread, releaseRunLock, renewRunLock, type DurableInput } from './index.js';
+import { acquireRunLock, activeRun, appendDurable, rebuildThread, releaseRunLock, renewRunLock, type DurableInput } from './index.js';
 import { repairAll } from './service.js';
 
 const BIN = path.resolve(import.meta.dirname, '../../../bin/hangar.js');
@@ -514,6 +515,7 @@ describe('threads', () => {
       const activity = json(await inject(owner, 'GET', `/v1/activity?thread_id=${t.id}`)).data.events;
       expect(activity.map((e: any) => e.eventType)).toEqual(['thread.deleted']);
       expect(activity[0]).toMatchObject({ resourceType: 'thread', resourceId: t.id, actorUserId: owner.userId });
+      await expectActivity(h, owner, { eventType: 'thread.deleted', resourceType: 'thread' });
       expect(json(await inject(owner, 'GET', '/v1/threads?archived=true')).data.map((x: Thread) => x.id)).not.toContain(t.id);
     });
 
@@ -764,6 +766,36 @@ describe('two Hangar instances on one PostgreSQL schema', () => {
       const res = await b.app.inject({ method: 'POST', url: `/v1/threads/${t.id}/compact`, headers: owner.headers, payload: {} });
       expect(res.statusCode).toBe(409);
       expect(json(res).error.activeRunId).toBe(winners[0]);
+    }
+  });
+
+  it('a thread delete holds the run lock until it commits: a run starting meanwhile waits, and its lock is not removed', async () => {
+    const t = await newThread();
+    await appendDurable(a.deps, t.id, messages(1));
+    // Another session holds the thread's event rows, so the delete stops part-way through its transaction.
+    const blocker = new pg.Client({ connectionString: PG_URL });
+    await blocker.connect();
+    try {
+      await blocker.query(`SET search_path = "${schema}"`);
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM thread_events WHERE thread_id = $1 FOR UPDATE', [t.id]);
+      const deleted = a.app.inject({ method: 'DELETE', url: `/v1/threads/${t.id}`, headers: owner.headers });
+      await sleep(500);
+      let settled = false;
+      const lock = acquireRunLock(b.deps, t.id, 'run_during_delete').finally(() => {
+        settled = true;
+      });
+      await sleep(500);
+      // The run is still waiting: the delete has the lock (a check-then-delete would have let it through).
+      expect(settled).toBe(false);
+      await blocker.query('ROLLBACK');
+      expect((await deleted).statusCode).toBe(204);
+      expect(await lock).toEqual({ acquired: true });
+      expect(await activeRun(a.deps, t.id)).toBe('run_during_delete');
+      expect((await a.app.inject({ method: 'GET', url: `/v1/threads/${t.id}`, headers: owner.headers })).statusCode).toBe(404);
+      await releaseRunLock(a.deps, t.id, 'run_during_delete');
+    } finally {
+      await blocker.end();
     }
   });
 

@@ -11,7 +11,7 @@ import {
 } from 'fastify-type-provider-zod';
 import FindMyWay from 'find-my-way';
 import type { Logger } from 'pino';
-import type { Ctx, Deps, Principal } from '../context.js';
+import type { Authenticate, Credential, Ctx, Deps } from '../context.js';
 import { base62 } from '../ids.js';
 import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
@@ -36,7 +36,18 @@ declare module 'fastify' {
 }
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, Logger, ZodTypeProvider>;
-export type Authenticate = (req: FastifyRequest) => Promise<Principal>;
+export type { Authenticate };
+
+/** The credential an HTTP request presents: `X-API-Key` first, else `Authorization: Bearer`; and `X-Org-Id`. */
+export function credentialOf(req: FastifyRequest): { credential: Credential; orgIdHint?: string } {
+  const header = req.headers['x-api-key'];
+  const authorization = req.headers.authorization;
+  const credential: Credential = {};
+  if (typeof header === 'string' && header.trim()) credential.apiKey = header.trim();
+  else if (authorization && /^bearer\s+/i.test(authorization)) credential.bearer = authorization.replace(/^bearer\s+/i, '').trim();
+  const org = req.headers['x-org-id'];
+  return { credential, ...(typeof org === 'string' && org ? { orgIdHint: org } : {}) };
+}
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
@@ -141,7 +152,8 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     // A WebSocket that authenticates from its query answers with close codes, not HTTP errors (threads). Only a
     // real upgrade (`Connection: upgrade` too, as Node requires): an `Upgrade` header alone reaches the HTTP handler.
     if (req.routeOptions.config.wsAuth === 'query' && req.headers.upgrade?.toLowerCase() === 'websocket' && /(^|,)\s*upgrade\s*(,|$)/i.test(req.headers.connection ?? '')) return;
-    const principal = await authenticate(req);
+    const { credential, orgIdHint } = credentialOf(req);
+    const principal = await authenticate(credential, orgIdHint);
     if (!principal.orgId && !req.routeOptions.config.allowNoOrg) {
       throw new AppError('forbidden', 'this request needs an organization: create one with POST /v1/organizations');
     }
