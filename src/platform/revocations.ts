@@ -81,7 +81,10 @@ export class LiveCredentials {
     const expiresAt = entry.principal.expiresAt;
     if (!expiresAt) return;
     const left = Date.parse(expiresAt) - Date.now();
-    if (left <= 0) return this.end(entry, entry.principal.kind === 'api_key' ? 'the API key expired' : 'the session token expired');
+    if (left <= 0) {
+      this.end(entry, entry.principal.kind === 'api_key' ? 'the API key expired' : 'the session token expired');
+      return;
+    }
     entry.timer = setTimeout(() => this.arm(entry), Math.min(left, MAX_TIMER_MS));
     entry.timer.unref();
   }

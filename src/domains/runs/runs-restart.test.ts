@@ -106,32 +106,32 @@ describe('runs interrupted by a server stop', () => {
       throw err;
     });
     restarted = { deps, app };
-    const after = caller(() => app);
+    const afterRestart = caller(() => app);
 
-    const run = await after(admin, 'GET', `/v1/runs/${runId}`);
+    const run = await afterRestart(admin, 'GET', `/v1/runs/${runId}`);
     expect(run.statusCode, run.body).toBe(200);
     expect(json(run).data).toMatchObject({ runId, status: 'failed', error: STOPPED });
     expect(json(run).data.finishedAt).toBeTruthy();
 
-    const events = json(await after(admin, 'GET', `/v1/threads/${thread}/events?limit=500`)).data.events as { type: string; runId: string | null; payload: any }[];
+    const events = json(await afterRestart(admin, 'GET', `/v1/threads/${thread}/events?limit=500`)).data.events as { type: string; runId: string | null; payload: any }[];
     expect(events.filter((e) => e.runId === runId).map((e) => e.type)).toEqual(['run_started', 'user_message', 'run_completed']);
     expect(events.at(-1)!.payload).toMatchObject({ runId, status: 'failed', error: STOPPED });
 
-    const activity = json(await after(admin, 'GET', `/v1/activity?agent_run_id=${runId}`)).data.events as { eventType: string; status: string; summary: string }[];
+    const activity = json(await afterRestart(admin, 'GET', `/v1/activity?agent_run_id=${runId}`)).data.events as { eventType: string; status: string; summary: string }[];
     expect(activity.map((a) => a.eventType)).toContain('agent.run.failed');
     expect(activity.find((a) => a.eventType === 'agent.run.failed')).toMatchObject({ status: 'failed', summary: STOPPED });
 
-    const cancel = await after(admin, 'POST', `/v1/runs/${runId}/cancel`);
+    const cancel = await afterRestart(admin, 'POST', `/v1/runs/${runId}/cancel`);
     expect(cancel.statusCode, cancel.body).toBe(409);
     expect(json(cancel).error).toMatchObject({ code: 'invalid_state', state: 'failed' });
 
-    const next = await after(admin, 'POST', '/v1/run', { agent: 'plain', prompt: 'Again', threadId: thread });
+    const next = await afterRestart(admin, 'POST', '/v1/run', { agent: 'plain', prompt: 'Again', threadId: thread });
     expect(next.statusCode, next.body).toBe(200);
     expect(json(next).data).toMatchObject({ threadId: thread, status: 'completed' });
 
     // The other replica's run is still its own: still running, and cancel sends the caller there.
-    expect(json(await after(admin, 'GET', `/v1/runs/${elsewhere}`)).data.status).toBe('running');
-    const there = await after(admin, 'POST', `/v1/runs/${elsewhere}/cancel`);
+    expect(json(await afterRestart(admin, 'GET', `/v1/runs/${elsewhere}`)).data.status).toBe('running');
+    const there = await afterRestart(admin, 'POST', `/v1/runs/${elsewhere}/cancel`);
     expect(there.statusCode, there.body).toBe(503);
   });
 

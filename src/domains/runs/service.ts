@@ -260,7 +260,9 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
         temperature: cfg.temperature,
         abortSignal: controller.signal,
         maxRetries: 1,
-        onError: ({ error }) => void (streamError = error),
+        onError: ({ error }) => {
+          streamError = error;
+        },
       });
       let textOut = '';
       let reasoning = '';

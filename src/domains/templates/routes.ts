@@ -122,7 +122,7 @@ export async function templateRoutes(app: App, deps: Deps) {
       stream.signal.addEventListener('abort', () => void finish());
       const text = await readLog();
       const lines = text ? text.replace(/\n$/, '').split('\n') : [];
-      lines.forEach((line, n) => stream.send('log', { n, line }, n));
+      for (const [n, line] of lines.entries()) stream.send('log', { n, line }, n);
       let next = lines.length;
       const fresh = await templateBuildState(req.ctx, row.id);
       const deliver = (m: BuildMessage) => {
@@ -141,7 +141,7 @@ export async function templateRoutes(app: App, deps: Deps) {
         // The build may have ended after the first read; its last lines were written before its status.
         const all = await readLog();
         const rest = all ? all.replace(/\n$/, '').split('\n').slice(next) : [];
-        rest.forEach((line, i) => stream.send('log', { n: next + i, line }, next + i));
+        for (const [i, line] of rest.entries()) stream.send('log', { n: next + i, line }, next + i);
         stream.send('status', { status: fresh?.status ?? 'failed', progress: fresh?.progress ?? 0, error: fresh?.error ?? null });
         await finish();
         return;

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import type { Authenticate, Ctx, Deps } from '../../platform/context.js';
-import { AppError } from '../../platform/http/errors.js';
+import type { AppError } from '../../platform/http/errors.js';
 import { PROTOCOL_VERSION, type SnapshotFrame } from './frames.js';
 import { outgoing, type ThreadHub, type OutgoingFrame, type Subscriber } from './hub.js';
 import { activeRun, eventsAfter, findThread, toEvent, toThread } from './service.js';

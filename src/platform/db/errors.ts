@@ -1,4 +1,4 @@
-import { AppError, errors } from '../http/errors.js';
+import { type AppError, errors } from '../http/errors.js';
 
 /**
  * The one place that knows driver error codes (better-sqlite3's `SQLITE_*`, PostgreSQL's SQLSTATE). Domains
