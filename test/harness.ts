@@ -8,6 +8,7 @@ import { parseConfig } from '../src/config.js';
 import { addMember, createOrganization } from '../src/domains/organizations/index.js';
 import { createApiKey, createUser, issueSessionToken } from '../src/domains/identity/index.js';
 import { systemCtx, type Deps } from '../src/platform/context.js';
+import { openDb, type Db } from '../src/platform/db/index.js';
 import type { App } from '../src/platform/http/server.js';
 import { ROLE_SCOPES, type Role } from '../src/platform/scopes.js';
 
@@ -25,8 +26,13 @@ export interface Harness {
   close(): Promise<void>;
 }
 
+export interface HarnessOptions {
+  /** Runs on the fresh database before the app opens (and migrates) it: e.g. to build an older schema. */
+  prepareDatabase?: (db: Db) => Promise<void>;
+}
+
 /** Builds the app on a fresh database and data directory. */
-export async function createHarness(env: Record<string, string | undefined> = {}): Promise<Harness> {
+export async function createHarness(env: Record<string, string | undefined> = {}, opts: HarnessOptions = {}): Promise<Harness> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-test-'));
   const schema = testDatabaseUrl ? `t_${randomBytes(6).toString('hex')}` : undefined;
   const config = parseConfig({
@@ -50,6 +56,14 @@ export async function createHarness(env: Record<string, string | undefined> = {}
   let deps: Deps;
   let app: App;
   try {
+    if (opts.prepareDatabase) {
+      const db = await openDb(config.database);
+      try {
+        await opts.prepareDatabase(db);
+      } finally {
+        await db.close();
+      }
+    }
     deps = await createDeps(config);
   } catch (err) {
     await dropSchema().catch(() => undefined);
