@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { testRedisUrl } from '../../../test/harness.js';
+import { testDatabaseUrl, testRedisUrl } from '../../../test/harness.js';
 import { MemoryBus, RedisBus, type Bus } from './index.js';
+import { describeNeeding } from '../../../test/needs.js';
 
 function contract(make: () => Bus) {
   it('delivers to every subscriber of a channel, in order, and stops after unsubscribe', async () => {
@@ -46,8 +47,15 @@ describe('in-process bus', () => {
   });
 });
 
-// Runs in CI's PostgreSQL+Redis pass (HANGAR_TEST_REDIS_URL set); the default pass has no Redis to talk to.
-describe.runIf(testRedisUrl)('Redis bus', () => {
+// Runs in CI's PostgreSQL+Redis pass (HANGAR_TEST_REDIS_URL set); the default pass has no Redis to talk to, but
+// a PostgreSQL pass on CI (HANGAR_TEST_DATABASE_URL set) without Redis fails here rather than skipping the suite.
+const redisNeed = {
+  what: 'Redis (HANGAR_TEST_REDIS_URL)',
+  present: Boolean(testRedisUrl),
+  requiredOnCi: Boolean(testDatabaseUrl),
+  fix: 'start Redis and set HANGAR_TEST_REDIS_URL beside HANGAR_TEST_DATABASE_URL, as .ci/run does',
+};
+describeNeeding(redisNeed, 'Redis bus', () => {
   contract(() => new RedisBus(testRedisUrl!, `hangar-test-${randomBytes(4).toString('hex')}:`));
 
   it('fans out across two bus instances, as across two replicas', async () => {

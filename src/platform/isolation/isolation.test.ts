@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIsolation, type Isolation, type Limits, type RunSpec, type WorkDir } from './index.js';
 import { startTimeOf } from './uid-slots.js';
+import { describeNeeding, isolationNeed, itNeeding } from '../../../test/needs.js';
 
 /**
  * The sandbox as a user of POST /v1/execute would meet it: what a program can and cannot do, how each way
@@ -18,6 +19,7 @@ const PYTHON = '/usr/bin/python3'; // Debian's: the pyenv one under /root is unr
 const canIsolate = process.platform === 'linux' && process.getuid?.() === 0 && existsSync('/usr/bin/bwrap');
 const workRoot = mkdtempSync(path.join(tmpdir(), 'hangar-isolation-test-'));
 const iso: Isolation = await createIsolation({ workRoot });
+const hostNeed = { what: 'a host set up for isolation (Linux, root, /usr/bin/bwrap)', present: canIsolate };
 
 const limits = (over: Partial<Limits> = {}): Limits => ({
   wallMs: 10_000,
@@ -96,7 +98,7 @@ function compileC(work: WorkDir, name: string, source: string): string {
 }
 
 describe('isolation availability', () => {
-  it.skipIf(!canIsolate)('is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1, native helpers)', () => {
+  itNeeding(hostNeed, 'is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1, native helpers)', () => {
     expect(iso.unavailableReason).toBeNull();
     expect(iso.available).toBe(true);
   });
@@ -110,7 +112,7 @@ describe('isolation availability', () => {
   });
 
 
-  it.skipIf(!canIsolate)('refuses a work root others can write to (and leaves its mode alone)', async () => {
+  itNeeding(hostNeed, 'refuses a work root others can write to (and leaves its mode alone)', async () => {
     const shared = await createIsolation({ workRoot: tmpdir() });
     expect(shared.available).toBe(false);
     expect(shared.unavailableReason).toMatch(/writable by root alone/);
@@ -118,7 +120,7 @@ describe('isolation availability', () => {
   });
 });
 
-describe.skipIf(!iso.available)('isolated runs', () => {
+describeNeeding(isolationNeed(iso), 'isolated runs', () => {
   const dirs: WorkDir[] = [];
   let work: WorkDir;
   const fresh = async () => {
