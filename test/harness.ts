@@ -5,7 +5,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { buildApp, closeDeps, createDeps } from '../src/app.js';
 import { parseConfig } from '../src/config.js';
-import { addMember, createOrganization } from '../src/domains/organizations/index.js';
+import { addMember, bootstrapOrganization } from '../src/domains/organizations/index.js';
 import { createApiKey, createUser, issueSessionToken } from '../src/domains/identity/index.js';
 import { systemCtx, type Deps } from '../src/platform/context.js';
 import { openDb, type Db } from '../src/platform/db/index.js';
@@ -110,10 +110,15 @@ let counter = 0;
 
 /** A new user who creates a new organization (as admin), with an all-scopes key and a session token. */
 export async function createOrgAdmin(h: Harness, orgName = `Org ${++counter}`): Promise<Actor> {
-  const user = await createUser(h.deps, { email: `admin${++counter}@example.test`, name: 'Admin' });
-  const base = systemCtx(h.deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
-  const org = await createOrganization(base, { name: orgName });
-  return actorFor(h, user.id, org.id, 'admin', org.defaultProjectId, org.personalWorkspaceId!);
+  const { user, org, key } = await bootstrapOrganization(h.deps, {
+    email: `admin${++counter}@example.test`,
+    name: 'Admin',
+    orgName,
+    keyName: `test key ${++counter}`,
+  });
+  const token = await issueSessionToken(h.deps.config, user.id);
+  const projectId = org.defaultProjectId;
+  return { userId: user.id, orgId: org.id, role: 'admin', key: key.key, token, projectId, personalWorkspaceId: org.personalWorkspaceId!, headers: { 'x-api-key': key.key } };
 }
 
 /** A new user added to `org` with the given role. */

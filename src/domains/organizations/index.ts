@@ -1,2 +1,3 @@
+export { bootstrapOrganization, type BootstrappedOrganization } from './bootstrap.js';
 export { addMember, createOrganization, getMe, listMyOrganizations } from './service.js';
 export { organizationRoutes } from './routes.js';
