@@ -9,6 +9,7 @@ import { createIsolation } from '../../platform/isolation/index.js';
 import type { Isolation } from '../../platform/isolation/types.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { describeNeeding, isolationNeed } from '../../../test/needs.js';
+import { until } from '../../../test/helpers.js';
 
 /**
  * What a hostile or careless program can do, through the HTTP API in a real sandbox: limits end it with
@@ -30,16 +31,6 @@ function processesWith(marker: string): number[] {
     }
   }
   return found;
-}
-
-async function until<T>(what: string, fn: () => T | Promise<T>, timeoutMs = 10_000): Promise<NonNullable<T>> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 const unique = () => randomBytes(6).toString('hex');

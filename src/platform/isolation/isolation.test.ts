@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIsolation, type Isolation, type Limits, type RunSpec, type WorkDir } from './index.js';
 import { startTimeOf } from './uid-slots.js';
 import { describeNeeding, isolationNeed, itNeeding } from '../../../test/needs.js';
+import { until } from '../../../test/helpers.js';
 
 /**
  * The sandbox as a user of POST /v1/execute would meet it: what a program can and cannot do, how each way
@@ -76,16 +77,6 @@ function leakedCgroups(): string[] {
     }
   }
   return leaked;
-}
-
-async function until<T>(what: string, fn: () => T, timeoutMs = 10_000): Promise<NonNullable<T>> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** Compiles C source with the host's gcc into the work dir; the sandbox runs it as /box/<name>. */
