@@ -6,6 +6,7 @@ import * as modelsAndSecrets from './20261122T0400_models_and_secrets.js';
 import * as agents from './20261122T0500_agents.js';
 import * as runs from './20261122T0600_runs.js';
 import * as sandboxDisk from './20261125T1420_sandbox_disk.js';
+import * as toolExecutions from './20261125T1510_tool_executions.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -16,4 +17,5 @@ export const migrations: Record<string, Migration> = {
   '20261122T0500_agents': agents,
   '20261122T0600_runs': runs,
   '20261125T1420_sandbox_disk': sandboxDisk,
+  '20261125T1510_tool_executions': toolExecutions,
 };

@@ -3,19 +3,11 @@ import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, parseConfig } from './config.js';
+import { rejection } from '../test/helpers.js';
 
 const dir = () => mkdtempSync(path.join(tmpdir(), 'hangar-config-'));
 const key = 'a'.repeat(64);
-
-function errorOf(fn: () => unknown): ConfigError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
+const errorOf = (fn: () => unknown): ConfigError => rejection(fn, ConfigError);
 
 describe('configuration', () => {
   it('defaults to the embedded set-up: all services, SQLite under the data dir, port 8080', () => {

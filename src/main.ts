@@ -1,12 +1,12 @@
 import { parseArgs } from 'node:util';
 import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { createApiKey, createUser, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
-import { createOrganization, firstMembership } from './domains/organizations/index.js';
+import { createApiKey, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
+import { bootstrapOrganization, firstMembership } from './domains/organizations/index.js';
 import { allThreadIds, rebuildThread } from './domains/threads/index.js';
 import { systemCtx, type Deps } from './platform/context.js';
 import { AppError } from './platform/http/errors.js';
-import { ROLE_SCOPES, type Role } from './platform/scopes.js';
+import { ROLE_SCOPES, } from './platform/scopes.js';
 
 const USAGE = `Usage: hangar <command> [options]
 
@@ -68,14 +68,13 @@ async function init(config: Config, opts: { json: boolean; email?: string; name?
     if (await hasUsers(deps)) {
       throw new CliError('already initialized: this database has users. Nothing was changed. Use `hangar keys create` for another key.');
     }
-    const result = await deps.db.kysely.transaction().execute(async (trx) => {
-      const user = await createUser(deps, { email: opts.email ?? null, name: opts.name ?? 'Admin' }, trx);
-      const base = { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null };
-      const org = await createOrganization({ ...systemCtx(deps, base), trx }, { name: opts.org ?? 'My Organization' });
-      const ctx = { ...systemCtx(deps, { ...base, orgId: org.id, role: 'admin' as Role, scopes: ROLE_SCOPES.admin }), trx };
-      const key = await createApiKey(ctx, { name: 'admin (hangar init)', scopes: ['*'], environment: 'live' });
-      return { userId: user.id, orgId: org.id, apiKey: key.key, projectId: org.defaultProjectId, workspaceId: org.personalWorkspaceId! };
+    const { user, org, key } = await bootstrapOrganization(deps, {
+      email: opts.email ?? null,
+      name: opts.name ?? 'Admin',
+      orgName: opts.org ?? 'My Organization',
+      keyName: 'admin (hangar init)',
     });
+    const result = { userId: user.id, orgId: org.id, apiKey: key.key, projectId: org.defaultProjectId, workspaceId: org.personalWorkspaceId! };
     if (opts.json) console.log(JSON.stringify(result));
     else {
       console.log(`Created user          ${result.userId}`);

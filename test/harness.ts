@@ -5,9 +5,10 @@ import path from 'node:path';
 import pg from 'pg';
 import { buildApp, closeDeps, createDeps } from '../src/app.js';
 import { parseConfig } from '../src/config.js';
-import { addMember, createOrganization } from '../src/domains/organizations/index.js';
+import { addMember, bootstrapOrganization } from '../src/domains/organizations/index.js';
 import { createApiKey, createUser, issueSessionToken } from '../src/domains/identity/index.js';
 import { systemCtx, type Deps } from '../src/platform/context.js';
+import { openDb, type Db } from '../src/platform/db/index.js';
 import type { App } from '../src/platform/http/server.js';
 import { ROLE_SCOPES, type Role } from '../src/platform/scopes.js';
 
@@ -25,8 +26,13 @@ export interface Harness {
   close(): Promise<void>;
 }
 
+export interface HarnessOptions {
+  /** Runs on the fresh database before the app opens (and migrates) it: e.g. to build an older schema. */
+  prepareDatabase?: (db: Db) => Promise<void>;
+}
+
 /** Builds the app on a fresh database and data directory. */
-export async function createHarness(env: Record<string, string | undefined> = {}): Promise<Harness> {
+export async function createHarness(env: Record<string, string | undefined> = {}, opts: HarnessOptions = {}): Promise<Harness> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-test-'));
   const schema = testDatabaseUrl ? `t_${randomBytes(6).toString('hex')}` : undefined;
   const config = parseConfig({
@@ -50,6 +56,14 @@ export async function createHarness(env: Record<string, string | undefined> = {}
   let deps: Deps;
   let app: App;
   try {
+    if (opts.prepareDatabase) {
+      const db = await openDb(config.database);
+      try {
+        await opts.prepareDatabase(db);
+      } finally {
+        await db.close();
+      }
+    }
     deps = await createDeps(config);
   } catch (err) {
     await dropSchema().catch(() => undefined);
@@ -96,10 +110,15 @@ let counter = 0;
 
 /** A new user who creates a new organization (as admin), with an all-scopes key and a session token. */
 export async function createOrgAdmin(h: Harness, orgName = `Org ${++counter}`): Promise<Actor> {
-  const user = await createUser(h.deps, { email: `admin${++counter}@example.test`, name: 'Admin' });
-  const base = systemCtx(h.deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
-  const org = await createOrganization(base, { name: orgName });
-  return actorFor(h, user.id, org.id, 'admin', org.defaultProjectId, org.personalWorkspaceId!);
+  const { user, org, key } = await bootstrapOrganization(h.deps, {
+    email: `admin${++counter}@example.test`,
+    name: 'Admin',
+    orgName,
+    keyName: `test key ${++counter}`,
+  });
+  const token = await issueSessionToken(h.deps.config, user.id);
+  const projectId = org.defaultProjectId;
+  return { userId: user.id, orgId: org.id, role: 'admin', key: key.key, token, projectId, personalWorkspaceId: org.personalWorkspaceId!, headers: { 'x-api-key': key.key } };
 }
 
 /** A new user added to `org` with the given role. */

@@ -9,6 +9,7 @@ import { closeDeps, createDeps } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { testDatabaseUrl, testRedisUrl } from './harness.js';
 import { listeningUrl } from './serve.js';
+import { until } from './helpers.js';
 
 /**
  * A real restart: `hangar serve` is killed with SIGKILL (no clean shutdown) and started again on the same data
@@ -172,14 +173,6 @@ function installIdOf(sandboxId: string): string {
 function runcIds(installId: string): string[] {
   const out = execFileSync('runc', ['--root', `/run/hangar/runc/${installId}`, 'list', '--format', 'json'], { encoding: 'utf8' }).trim();
   return ((JSON.parse(out || 'null') ?? []) as { id: string }[]).map((c) => c.id);
-}
-
-async function until(what: string, fn: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 function kill(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {

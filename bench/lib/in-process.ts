@@ -5,11 +5,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { buildApp, closeDeps, createDeps } from '../../src/app.js';
 import { parseConfig } from '../../src/config.js';
-import { createApiKey, createUser } from '../../src/domains/identity/index.js';
-import { createOrganization } from '../../src/domains/organizations/index.js';
-import { systemCtx, type Ctx, type Deps } from '../../src/platform/context.js';
+import { bootstrapOrganization } from '../../src/domains/organizations/index.js';
+import type { Ctx, Deps } from '../../src/platform/context.js';
 import type { App } from '../../src/platform/http/server.js';
-import { ROLE_SCOPES } from '../../src/platform/scopes.js';
+
+/** The one user, organization and admin key every bench works as. */
+export const BENCH_BOOTSTRAP = { email: 'bench@example.test', name: 'Bench', orgName: 'Bench Org', keyName: 'bench admin key' };
 
 export interface InProcessHangar {
   deps: Deps;
@@ -39,11 +40,7 @@ export async function startInProcessHangar(name: string, env: Record<string, str
       ...env,
     });
     deps = await createDeps(config);
-    const user = await createUser(deps, { email: 'bench@example.test', name: 'Bench' });
-    const base = systemCtx(deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
-    const org = await createOrganization(base, { name: 'Bench Org' });
-    const ownerCtx = systemCtx(deps, { userId: user.id, orgId: org.id, role: 'admin', scopes: ROLE_SCOPES.admin, apiKeyId: null });
-    const key = await createApiKey(ownerCtx, { name: 'bench admin key', scopes: ['*'], environment: 'live' });
+    const { key, adminCtx: ownerCtx } = await bootstrapOrganization(deps, BENCH_BOOTSTRAP);
     const app = await buildApp(deps);
     await app.listen({ host: '127.0.0.1', port: 0 });
     const port = (app.server.address() as AddressInfo).port;

@@ -9,13 +9,12 @@ import path from 'node:path';
 import { buildApp, closeDeps, createDeps } from '../../src/app.js';
 import { parseConfig } from '../../src/config.js';
 import type { ActivityEventsTable } from '../../src/database.js';
-import { createApiKey, createUser } from '../../src/domains/identity/index.js';
-import { createOrganization } from '../../src/domains/organizations/index.js';
-import { systemCtx, type Deps } from '../../src/platform/context.js';
+import { bootstrapOrganization } from '../../src/domains/organizations/index.js';
+import type { Deps } from '../../src/platform/context.js';
 import type { App } from '../../src/platform/http/server.js';
 import { base62 } from '../../src/platform/ids.js';
-import { ROLE_SCOPES } from '../../src/platform/scopes.js';
 import { serveChild } from '../lib/child.js';
+import { BENCH_BOOTSTRAP } from '../lib/in-process.js';
 
 export interface HangarOptions {
   /** Activity events to seed in the organization. */
@@ -103,11 +102,7 @@ serveChild(
     });
     deps = await createDeps(config);
 
-    const user = await createUser(deps, { email: 'bench@example.test', name: 'Bench' });
-    const base = systemCtx(deps, { userId: user.id, orgId: null, role: null, scopes: new Set(['org:create'] as const), apiKeyId: null });
-    const org = await createOrganization(base, { name: 'Bench Org' });
-    const adminCtx = systemCtx(deps, { userId: user.id, orgId: org.id, role: 'admin', scopes: ROLE_SCOPES.admin, apiKeyId: null });
-    const key = await createApiKey(adminCtx, { name: 'bench admin key', scopes: ['*'], environment: 'live' });
+    const { user, org, key } = await bootstrapOrganization(deps, BENCH_BOOTSTRAP);
     if (options.activityEvents) await seedActivity(deps, org.id, user.id, key.id, options.activityEvents);
     const seedMs = performance.now() - t0;
 

@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
  * A scripted OpenAI-compatible server on loopback (POST /v1/chat/completions), so the product's real HTTP
@@ -142,5 +143,3 @@ export class FakeOpenAI {
     finished = true;
   }
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -8,6 +8,8 @@ import { buildApp } from '../../app.js';
 import { createIsolation } from '../../platform/isolation/index.js';
 import type { Isolation } from '../../platform/isolation/types.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { describeNeeding, isolationNeed } from '../../../test/needs.js';
+import { until } from '../../../test/helpers.js';
 
 /**
  * What a hostile or careless program can do, through the HTTP API in a real sandbox: limits end it with
@@ -16,7 +18,6 @@ import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, 
  */
 
 const isolation = await createIsolation();
-const available = isolation.available;
 
 /** Host processes whose command line contains `marker` (a unique file name given to the program). */
 function processesWith(marker: string): number[] {
@@ -32,19 +33,9 @@ function processesWith(marker: string): number[] {
   return found;
 }
 
-async function until<T>(what: string, fn: () => T | Promise<T>, timeoutMs = 10_000): Promise<NonNullable<T>> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 const unique = () => randomBytes(6).toString('hex');
 
-describe.skipIf(!available)('execute: isolation and limits', () => {
+describeNeeding(isolationNeed(isolation), 'execute: isolation and limits', () => {
   let h: Harness;
   let admin: Actor;
   beforeAll(async () => {
@@ -232,7 +223,7 @@ describe.skipIf(!available)('execute: isolation and limits', () => {
   });
 });
 
-describe.skipIf(!available)('execute: load', () => {
+describeNeeding(isolationNeed(isolation), 'execute: load', () => {
   let h: Harness;
   let admin: Actor;
   beforeAll(async () => {
@@ -265,7 +256,7 @@ describe.skipIf(!available)('execute: load', () => {
   });
 });
 
-describe.skipIf(!available)('execute: a client that disconnects', () => {
+describeNeeding(isolationNeed(isolation), 'execute: a client that disconnects', () => {
   let h: Harness;
   let admin: Actor;
   let port: number;

@@ -1,9 +1,10 @@
 import { readdirSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createIsolation } from '../../platform/isolation/index.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { detectInstalled } from './service.js';
 import { findLanguage } from './languages.js';
+import { describeNeeding, isolationNeed, itNeeding, toolchainNeed } from '../../../test/needs.js';
 
 /**
  * What one organization can do to the others through `POST /v1/execute` (issue #10): a program that breaks
@@ -13,9 +14,8 @@ import { findLanguage } from './languages.js';
 
 const isolation = await createIsolation();
 const installed = await detectInstalled();
-const hasTypeScript = (installed.get(findLanguage('typescript')!) ?? []).length > 0;
 
-describe.skipIf(!isolation.available)('execute: one organization cannot hurt the others', () => {
+describeNeeding(isolationNeed(isolation), 'execute: one organization cannot hurt the others', () => {
   let h: Harness;
   let a: Actor;
   let b: Actor;
@@ -35,7 +35,7 @@ describe.skipIf(!isolation.available)('execute: one organization cannot hurt the
     return json(res);
   };
 
-  it.skipIf(!hasTypeScript)('deeply nested TypeScript fails its own compile step; TypeScript keeps working for everyone', async () => {
+  itNeeding(toolchainNeed('typescript', installed.get(findLanguage('typescript')!)), 'deeply nested TypeScript fails its own compile step; TypeScript keeps working for everyone', async () => {
     const ok = 'const n: number = 21;\nconsole.log(n * 2);';
     // Control: TypeScript works before the attack.
     expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../platform/http/errors.js';
 import { CancelledError, Pool } from './pool.js';
+import { rejection } from '../../../test/helpers.js';
 
 const ORG = 'org_a';
 
@@ -79,14 +80,7 @@ describe('execution pool (one organization)', () => {
 });
 
 describe('execution pool shared between organizations', () => {
-  const rateLimited = (fn: () => unknown): AppError => {
-    try {
-      fn();
-    } catch (e) {
-      return e as AppError;
-    }
-    throw new Error('expected a 429');
-  };
+  const rateLimited = (fn: () => unknown): AppError => rejection(fn, AppError);
 
   it('by default an organization gets half the pool and half the queue, rounded up', () => {
     expect(new Pool({ concurrency: 2, queue: 8 })).toMatchObject({ orgConcurrency: 1, orgQueue: 4 });

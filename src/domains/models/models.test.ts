@@ -1,7 +1,6 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { generateText } from 'ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
@@ -11,6 +10,7 @@ import { ConfigError } from '../../config.js';
 import { systemCtx } from '../../platform/context.js';
 import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { resolveModel } from './index.js';
+import { expectError, until } from '../../../test/helpers.js';
 
 interface Line {
   type: string;
@@ -26,16 +26,6 @@ function modelsFile(name: string, content: unknown): string {
   const file = path.join(modelsDir, name);
   writeFileSync(file, typeof content === 'string' ? content : JSON.stringify(content));
   return file;
-}
-
-/** Polls until `cond` holds or `ms` pass; true when it held. */
-async function eventually(cond: () => boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) return false;
-    await sleep(20);
-  }
-  return true;
 }
 
 function client(h: () => Harness) {
@@ -69,15 +59,6 @@ function client(h: () => Harness) {
     return (await usageRows(orgId)).filter((r) => !before.has(r.id));
   };
   return { available, proxy, stream, putSecret, deleteSecret, newUsage };
-}
-
-function expectError(res: { statusCode: number; body: string; headers: Record<string, unknown> }, status: number, code: string) {
-  expect(res.statusCode, res.body).toBe(status);
-  expect(String(res.headers['content-type'])).toContain('application/json');
-  const err = json(res).error;
-  expect(err.code).toBe(code);
-  expect(err.requestId).toBeTruthy();
-  return err as { code: string; message: string };
 }
 
 describe('models with no provider configured', () => {
@@ -494,7 +475,7 @@ describe('models on an OpenAI-compatible platform provider', () => {
       expect(seen).toContain('"text-delta"');
       ac.abort();
       await reader.cancel().catch(() => undefined);
-      expect(await eventually(() => fake.aborted > abortedBefore)).toBe(true);
+      await until('the provider to see its request cancelled', () => fake.aborted > abortedBefore, 3000);
     });
 
     it('a client that disconnects during a slow non-streamed call cancels the upstream request', async () => {
@@ -503,11 +484,11 @@ describe('models on an OpenAI-compatible platform provider', () => {
       const requestsBefore = fake.requests.length;
       const ac = new AbortController();
       const pending = post('/v1/model-proxy', ac.signal).catch((err: Error) => err);
-      expect(await eventually(() => fake.requests.length > requestsBefore)).toBe(true);
+      await until('the request to reach the provider', () => fake.requests.length > requestsBefore, 3000);
       ac.abort();
       expect(await pending).toBeInstanceOf(Error);
       // well before the provider would have answered (6 s), it sees its request cancelled
-      expect(await eventually(() => fake.aborted > abortedBefore, 3000)).toBe(true);
+      await until('the provider to see its request cancelled', () => fake.aborted > abortedBefore, 3000);
     });
   });
 });
@@ -662,7 +643,7 @@ describe('a model provider that is too slow', () => {
       expect(err.message).toContain('slow-model');
     });
     expect(rows).toEqual([]);
-    expect(await eventually(() => fake.aborted > abortedBefore)).toBe(true);
+    await until('the provider to see its request cancelled', () => fake.aborted > abortedBefore, 3000);
   });
 
   it('ends a stream with a provider_timeout error line', async () => {

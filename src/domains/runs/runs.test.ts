@@ -2,12 +2,12 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { securitySuite } from '../../../test/security.js';
 import { acquireRunLock, activeRun, releaseRunLock } from '../threads/index.js';
+import { expectError, readSse, until, } from '../../../test/helpers.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const RESULT_FIELDS = ['agent', 'createdAt', 'error', 'executionMode', 'finishedAt', 'iterations', 'model', 'result', 'rolloutId', 'runId', 'sandboxId', 'status', 'targetDeviceId', 'threadId', 'usage'];
@@ -19,62 +19,6 @@ interface ThreadEvent {
   runId: string | null;
   type: string;
   payload: any;
-}
-
-interface SseEvent {
-  event: string;
-  data: any;
-}
-
-/** Polls `fn` until it answers something truthy, failing with `what` after `ms`. */
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
-
-/** Reads Server-Sent Events from a fetch response until the stream ends or `stop` says so. */
-async function readSse(res: Response, stop?: (ev: SseEvent) => boolean): Promise<SseEvent[]> {
-  const events: SseEvent[] = [];
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let buf = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += decoder.decode(value, { stream: true });
-    let cut: number;
-    while ((cut = buf.indexOf('\n\n')) >= 0) {
-      const block = buf.slice(0, cut);
-      buf = buf.slice(cut + 2);
-      let event = 'message';
-      const data: string[] = [];
-      for (const line of block.split('\n')) {
-        if (line.startsWith('event:')) event = line.slice(6).trim();
-        else if (line.startsWith('data:')) data.push(line.slice(5).trimStart());
-      }
-      if (!data.length) continue; // a keep-alive comment
-      const ev = { event, data: JSON.parse(data.join('\n')) };
-      events.push(ev);
-      if (stop?.(ev)) {
-        await reader.cancel().catch(() => undefined);
-        return events;
-      }
-    }
-  }
-  return events;
-}
-
-function expectError(res: { statusCode: number; body: string }, status: number, code: string) {
-  expect(res.statusCode, res.body).toBe(status);
-  const err = json(res).error;
-  expect(err.code).toBe(code);
-  expect(err.requestId).toBeTruthy();
-  return err as { code: string; message: string; activeRunId?: string; state?: string };
 }
 
 function client(h: () => Harness) {

@@ -9,6 +9,7 @@ import { AGENT_BINARY } from '../../platform/sandboxes/index.js';
 import { nameservers } from '../../platform/sandboxes/base-layer.js';
 import { SandboxNetwork } from '../../platform/sandboxes/network.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { sleep, until } from '../../../test/helpers.js';
 
 /**
  * Isolation as a user of a sandbox would notice it: what a sandbox can see, reach and change of the host and
@@ -23,8 +24,6 @@ beforeAll(async () => {
   admin = await createOrgAdmin(h);
 });
 afterAll(() => h?.close());
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function create(body: Record<string, unknown> = {}): Promise<string> {
   const res = await h.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: admin.headers, payload: { network: false, ...body } });
@@ -51,16 +50,6 @@ async function destroy(id: string): Promise<void> {
 
 function lifecycle(id: string, verb: 'pause' | 'resume') {
   return h.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/${verb}`, headers: admin.headers });
-}
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | null | false>, timeoutMs = 5_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
 }
 
 /** A shell probe that prints `<label>=reached` or `<label>=blocked` for a TCP connect within 3 s. */

@@ -7,6 +7,7 @@ import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '.
 import { expectActivity } from '../../../test/activity.js';
 import { FakeAgent } from '../../../test/fakes/agent.js';
 import { securitySuite } from '../../../test/security.js';
+import { parseSse, sleep, until } from '../../../test/helpers.js';
 
 // ---- helpers: talk HTTP the way a client would -----------------------------------------------
 
@@ -40,33 +41,6 @@ async function activityOf(h: Harness, actor: Actor, id: string) {
   const res = await call(h, actor, { method: 'GET', url: `/v1/sandboxes/${id}/activity` });
   expect(res.statusCode, res.body).toBe(200);
   return json(res).data.events as Array<{ eventType: string; resourceId: string; metadata?: Record<string, unknown> }>;
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | null | false>, timeoutMs = 5_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
-
-/** Parses a complete Server-Sent Events body into its events. */
-function parseSse(text: string): Array<{ event: string; data: any }> {
-  const out: Array<{ event: string; data: any }> = [];
-  for (const block of text.split('\n\n')) {
-    let event = 'message';
-    const data: string[] = [];
-    for (const line of block.split('\n')) {
-      if (line.startsWith('event:')) event = line.slice(6).trim();
-      else if (line.startsWith('data:')) data.push(line.slice(5).trim());
-    }
-    if (data.length) out.push({ event, data: JSON.parse(data.join('\n')) });
-  }
-  return out;
 }
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;

@@ -4,16 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../platform/http/errors.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { ancestorsOf, nameOf, normalizeEntryPath, normalizePath, parentOf } from './paths.js';
-
-function rejection(fn: () => unknown): AppError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(AppError);
-    return err as AppError;
-  }
-  throw new Error('expected a rejection');
-}
+import { rejection } from '../../../test/helpers.js';
 
 describe('normalizePath', () => {
   it('normalizes to a/b/c: drops empty and "." segments and trailing slashes', () => {
@@ -52,7 +43,7 @@ describe('normalizePath', () => {
     ['a\u007fb', 'control characters'],
     ['tab\there', 'control characters'],
   ])('rejects %j with a 400 naming the field', (input, why) => {
-    const err = rejection(() => normalizePath(input, 'from'));
+    const err = rejection(() => normalizePath(input, 'from'), AppError);
     expect(err.status).toBe(400);
     expect(err.code).toBe('invalid_request');
     expect(err.message).toMatch(/^from: /);
@@ -61,19 +52,19 @@ describe('normalizePath', () => {
   });
 
   it('names "path" when no field is given', () => {
-    expect(rejection(() => normalizePath('../x')).message).toMatch(/^path: /);
+    expect(rejection(() => normalizePath('../x'), AppError).message).toMatch(/^path: /);
   });
 
   it('limits a name to 255 bytes and a path to 1024 bytes (UTF-8)', () => {
     expect(normalizePath('a'.repeat(255))).toHaveLength(255);
-    expect(rejection(() => normalizePath('a'.repeat(256))).message).toContain('255 bytes');
+    expect(rejection(() => normalizePath('a'.repeat(256)), AppError).message).toContain('255 bytes');
     // 128 two-byte characters are 256 bytes.
-    expect(rejection(() => normalizePath('é'.repeat(128))).message).toContain('255 bytes');
+    expect(rejection(() => normalizePath('é'.repeat(128)), AppError).message).toContain('255 bytes');
 
     const segment = 'b'.repeat(200);
     const ok = Array(5).fill(segment).join('/'); // 1004 bytes
     expect(normalizePath(ok)).toBe(ok);
-    expect(rejection(() => normalizePath(Array(6).fill(segment).join('/'))).message).toContain('1024 bytes');
+    expect(rejection(() => normalizePath(Array(6).fill(segment).join('/')), AppError).message).toContain('1024 bytes');
   });
 });
 
@@ -81,7 +72,7 @@ describe('normalizeEntryPath and path helpers', () => {
   it('refuses the root, which names no file or folder', () => {
     expect(normalizeEntryPath('a/b')).toBe('a/b');
     for (const root of ['', '.', '/'.slice(1), './']) {
-      const err = rejection(() => normalizeEntryPath(root, 'to'));
+      const err = rejection(() => normalizeEntryPath(root, 'to'), AppError);
       expect(err.status).toBe(400);
       expect(err.message).toMatch(/^to: /);
     }

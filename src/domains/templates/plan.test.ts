@@ -5,23 +5,14 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../platform/http/errors.js';
 import { DOCKERFILE_INSTRUCTIONS, SUPPORTED_OS, planFromBuilder, planFromDockerfile, type BuilderInput } from './plan.js';
+import { rejection } from '../../../test/helpers.js';
 
 const HOST = 'debian-12';
 const NODE = '20.20.2';
 
-function rejection(fn: () => unknown): AppError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(AppError);
-    return err as AppError;
-  }
-  throw new Error('expected a rejection');
-}
-
 /** Asserts a 400 naming `field`, and returns its message (without the `field: ` prefix). */
 function rejects400(fn: () => unknown, field: string): string {
-  const err = rejection(fn);
+  const err = rejection(fn, AppError);
   expect(err.status).toBe(400);
   expect(err.code).toBe('invalid_request');
   expect(err.details?.issues?.[0]?.path).toBe(field);
@@ -76,7 +67,7 @@ describe('planFromBuilder: os', () => {
   });
 
   it('says not implemented when the host itself has no package catalogue', () => {
-    const err = rejection(() => planFromBuilder({}, 'ubuntu-24.04', NODE));
+    const err = rejection(() => planFromBuilder({}, 'ubuntu-24.04', NODE), AppError);
     expect(err.status).toBe(501);
     // but a request naming another OS still gets the 400 naming the field
     expect(rejects400(() => planFromBuilder({ os: 'debian-12' }, 'ubuntu-24.04', NODE), 'os')).toContain(

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
+import { expectError, readSse, type SseEvent } from '../../../test/helpers.js';
 
 // Real builds: a build container runs each step as root with network (Debian's mirror and npm are reachable
 // here, PyPI is not). Builds run one at a time per server, so the file shares its few builds between tests.
@@ -61,47 +62,13 @@ async function build(actor: Actor, body: Record<string, unknown>) {
   return waitForBuild(actor, String(body.slug));
 }
 
-interface SseEvent {
-  event: string;
-  id?: string;
-  data: any;
-}
-
 /** Opens the build log over a real socket as Server-Sent Events and collects every event until the server ends the stream. */
 async function readLogStream(actor: Actor, slug: string): Promise<{ status: number; contentType: string | null; events: SseEvent[] }> {
   const res = await fetch(`${baseUrl}/v1/templates/${slug}/logs`, {
     headers: { ...actor.headers, accept: 'text/event-stream' },
     signal: AbortSignal.timeout(120_000),
   });
-  const events: SseEvent[] = [];
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let buffer = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (value) buffer += decoder.decode(value, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf('\n\n')) !== -1) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const ev: SseEvent = { event: 'message', data: undefined };
-      const data: string[] = [];
-      for (const line of block.split('\n')) {
-        if (line.startsWith(':')) continue;
-        const colon = line.indexOf(':');
-        const field = colon === -1 ? line : line.slice(0, colon);
-        const val = colon === -1 ? '' : line.slice(colon + 1).replace(/^ /, '');
-        if (field === 'event') ev.event = val;
-        else if (field === 'id') ev.id = val;
-        else if (field === 'data') data.push(val);
-      }
-      if (data.length) {
-        ev.data = JSON.parse(data.join('\n'));
-        events.push(ev);
-      }
-    }
-    if (done) break;
-  }
+  const events = await readSse(res);
   return { status: res.status, contentType: res.headers.get('content-type'), events };
 }
 
@@ -125,14 +92,6 @@ async function destroySandbox(actor: Actor, sandboxId: string) {
 }
 
 const layerDir = (templateId: string) => path.join(h.deps.config.sandboxes.dir, h.deps.installId, 'layers', templateId);
-
-function expectError(res: { statusCode: number; body: string }, status: number, code: string) {
-  expect(res.statusCode, res.body).toBe(status);
-  const error = json(res).error;
-  expect(error.code).toBe(code);
-  expect(error.requestId).toBeTruthy();
-  return error as { code: string; message: string; issues?: { path: string; message: string }[]; state?: string };
-}
 
 // ---- system templates --------------------------------------------------------------------------
 

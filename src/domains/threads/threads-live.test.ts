@@ -14,6 +14,10 @@ import { ALL_SCOPES } from '../../platform/scopes.js';
 import { issueSessionToken } from '../identity/index.js';
 import { threadChannel } from './frames.js';
 import { acquireRunLock, appendDurable, releaseRunLock, type DurableInput } from './index.js';
+import { until } from '../../../test/helpers.js';
+
+/** Conditions here are cheap and the writers fast: ask often, so clients connect where the test means them to. */
+const POLL = 5;
 
 const PG_URL = testDatabaseUrl ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -75,15 +79,6 @@ class Client {
   }
 }
 
-/** Polls until `cond` holds; fails with `label` (and what `detail` says) after `ms`. */
-async function until(cond: () => boolean, label: string, ms = 20_000, detail: () => unknown = () => ''): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${label} ${JSON.stringify(detail())}`);
-    await sleep(5);
-  }
-}
-
 const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from + 1) }, (_, i) => from + i);
 const messages = (n: number, tag = 'm'): DurableInput[] =>
   Array.from({ length: n }, (_, i) => ({ type: i % 2 ? 'assistant_message' : 'user_message', runId: 'run_live', payload: { text: `${tag} ${i}` } }) as DurableInput);
@@ -103,7 +98,7 @@ function liveServer(h: () => Harness) {
       const qs = new URLSearchParams(Object.entries(query).map(([k, v]) => [k, String(v)]));
       const client = new Client(new WebSocket(`${base}/v1/threads/${threadId}/events?${qs}`), keep);
       clients.push(client);
-      await until(() => client.frames.length > 0 || client.close !== null, `the first frame on ${threadId}`);
+      await until(`the first frame on ${threadId}`, () => client.frames.length > 0 || client.close !== null, { timeoutMs: 20_000, intervalMs: POLL });
       return client;
     },
     closeAll() {
@@ -175,7 +170,7 @@ describe('thread WebSocket', () => {
       const c = await server.connect(t.id, { token: owner.token });
       expect(c.snapshot).toMatchObject({ protocol_version: 1, view: 'owner', lastSequence: 2 });
       await appendDurable(h.deps, t.id, messages(1));
-      await until(() => c.lastSequence() === 3, 'the live frame');
+      await until('the live frame', () => c.lastSequence() === 3, { timeoutMs: 20_000, intervalMs: POLL });
       expect(c.close).toBeNull();
     });
   });
@@ -196,12 +191,12 @@ describe('thread WebSocket', () => {
       // from the very start, or a few behind; each while the writer keeps appending.
       const choices = [(n: number) => Math.max(0, n - 25), (n: number) => n, () => 0, (n: number) => Math.max(0, n - 3)];
       for (let at = 10, k = 0; at < 200; at += 10, k++) {
-        await until(() => appended >= at, `${at} frames appended`);
+        await until(`${at} frames appended`, () => appended >= at, { timeoutMs: 20_000, intervalMs: POLL });
         const last = choices[k % choices.length]!(appended);
         resumed.push({ client: await server.connect(t.id, { api_key: owner.key, last_sequence: last }), from: last });
       }
       await writer;
-      for (const { client } of resumed) await until(() => client.lastSequence() === 200, 'the last frame', 20_000, () => client.lastSequence());
+      for (const { client } of resumed) await until('the last frame', () => client.lastSequence() === 200, { timeoutMs: 20_000, intervalMs: POLL, detail: () => client.lastSequence() });
 
       const stored = json(await h.app.inject({ method: 'GET', url: `/v1/threads/${t.id}/events?limit=500`, headers: owner.headers })).data.events;
       for (const { client, from } of resumed) {
@@ -231,7 +226,7 @@ describe('thread WebSocket', () => {
         for (const m of malformed) await h.deps.bus.publish(threadChannel(t.id), m);
         await h.deps.bus.publish(threadChannel(t.id), valid);
         await appendDurable(h.deps, t.id, messages(1));
-        await until(() => c.lastSequence() === 1, 'the durable frame after the malformed ones');
+        await until('the durable frame after the malformed ones', () => c.lastSequence() === 1, { intervalMs: POLL });
 
         expect(c.frames.map((f) => f.type)).toEqual(['snapshot', 'assistant_message_delta', 'user_message']);
         expect(c.frames[1]).toEqual(valid);
@@ -250,7 +245,7 @@ describe('thread WebSocket', () => {
       const posted = await postFrame(h, owner, t.id, transient(t.activeRolloutId, { delta: 'Hello', sequenceNumber: 1, extra: { kept: true } }));
       expect(posted.statusCode, posted.body).toBe(202);
       await appendDurable(h.deps, t.id, messages(1));
-      await until(() => c.lastSequence() === 2, 'the second durable frame');
+      await until('the second durable frame', () => c.lastSequence() === 2, { timeoutMs: 20_000, intervalMs: POLL });
 
       expect(c.frames.slice(1).map((f) => f.type)).toEqual(['user_message', 'assistant_message_delta', 'user_message']);
       expect(c.frames[2]).toEqual({
@@ -267,7 +262,7 @@ describe('thread WebSocket', () => {
       c.ws.close();
       const again = await server.connect(t.id, { api_key: owner.key, last_sequence: 0 });
       await appendDurable(h.deps, t.id, messages(1, 'after'));
-      await until(() => again.lastSequence() === 3, 'the live frame after the replay');
+      await until('the live frame after the replay', () => again.lastSequence() === 3, { timeoutMs: 20_000, intervalMs: POLL });
       expect(again.frames.map((f) => f.type)).toEqual(['snapshot', 'user_message', 'user_message', 'user_message']);
       expect(again.durable().map((f) => f.sequence)).toEqual([1, 2, 3]);
     });
@@ -279,7 +274,7 @@ describe('thread WebSocket', () => {
       expect(c.snapshot).toMatchObject({ lastSequence: 11_000, resync: true });
       expect(c.snapshot.events.map((e: Frame) => e.sequence)).toEqual(range(10_901, 11_000));
       await appendDurable(h.deps, t.id, messages(1));
-      await until(() => c.lastSequence() === 11_001, 'the live frame');
+      await until('the live frame', () => c.lastSequence() === 11_001, { timeoutMs: 20_000, intervalMs: POLL });
       expect(c.frames.map((f) => f.sequence ?? f.type)).toEqual(['snapshot', 11_001]);
     });
 
@@ -287,7 +282,7 @@ describe('thread WebSocket', () => {
       const t = await createThread(h, owner);
       for (const bad of ['-1', 'abc', '1.5']) {
         const c = await server.connect(t.id, { api_key: owner.key, last_sequence: bad });
-        await until(() => c.close !== null, 'the close');
+        await until('the close', () => c.close !== null, { timeoutMs: 20_000, intervalMs: POLL });
         expect(c.close!.code, bad).toBe(4400);
         expect(c.close!.reason).toMatch(/last_sequence/);
         expect(c.frames).toEqual([]);
@@ -301,7 +296,7 @@ describe('thread WebSocket', () => {
       const c = await server.connect(t.id, { api_key: owner.key });
       const renamed = json(await h.app.inject({ method: 'PATCH', url: `/v1/threads/${t.id}`, headers: owner.headers, payload: { title: 'after' } })).data;
       const archived = json(await h.app.inject({ method: 'PATCH', url: `/v1/threads/${t.id}`, headers: owner.headers, payload: { archived: true } })).data;
-      await until(() => c.frames.length === 3, 'two metadata frames', 10_000, () => c.frames);
+      await until('two metadata frames', () => c.frames.length === 3, { timeoutMs: 10_000, intervalMs: POLL, detail: () => c.frames });
       expect(c.frames.slice(1)).toEqual([
         { type: 'thread_renamed', threadId: t.id, title: 'after', updatedAt: renamed.updatedAt },
         { type: 'thread_archived', threadId: t.id, archived: true, updatedAt: archived.updatedAt },
@@ -315,12 +310,12 @@ describe('thread WebSocket', () => {
       const b = await server.connect(t.id, { token: owner.token, last_sequence: 1 });
       expect((await h.app.inject({ method: 'DELETE', url: `/v1/threads/${t.id}`, headers: owner.headers })).statusCode).toBe(204);
       for (const c of [a, b]) {
-        await until(() => c.close !== null, 'the close');
+        await until('the close', () => c.close !== null, { timeoutMs: 20_000, intervalMs: POLL });
         expect(c.close!.code).toBe(4410);
         expect(c.frames.at(-1)).toMatchObject({ type: 'thread_deleted', threadId: t.id, deletedAt: expect.any(String) });
       }
       const late = await server.connect(t.id, { api_key: owner.key });
-      await until(() => late.close !== null, 'the close');
+      await until('the close', () => late.close !== null, { timeoutMs: 20_000, intervalMs: POLL });
       expect(late.close!.code).toBe(4404);
     });
   });
@@ -333,7 +328,7 @@ describe('thread WebSocket', () => {
 
     async function closed(threadId: string, query: Record<string, string | number>) {
       const c = await server.connect(threadId, query);
-      await until(() => c.close !== null, 'the close');
+      await until('the close', () => c.close !== null, { timeoutMs: 20_000, intervalMs: POLL });
       expect(c.frames).toEqual([]);
       return c.close!;
     }
@@ -401,7 +396,7 @@ describe('thread WebSocket', () => {
       await appendDurable(h.deps, mt.id, messages(2));
       expect((await postFrame(h, member, mt.id, transient(mt.activeRolloutId))).statusCode).toBe(202);
       expect((await h.app.inject({ method: 'PATCH', url: `/v1/threads/${mt.id}`, headers: member.headers, payload: { title: 'renamed' } })).statusCode).toBe(200);
-      await until(() => own.frames.some((f) => f.type === 'thread_renamed') && admin.frames.some((f) => f.type === 'thread_renamed'), 'the rename on both');
+      await until('the rename on both', () => own.frames.some((f) => f.type === 'thread_renamed') && admin.frames.some((f) => f.type === 'thread_renamed'), { timeoutMs: 20_000, intervalMs: POLL });
 
       expect(own.frames.slice(1).map((f) => f.type)).toEqual(['user_message', 'assistant_message', 'assistant_message_delta', 'thread_renamed']);
       expect(admin.frames.map((f) => f.type)).toEqual(['snapshot', 'thread_renamed']);
@@ -531,7 +526,7 @@ describe('thread WebSocket', () => {
       expect(grown).toBeLessThan(40 * 1024 * 1024);
 
       (slow.ws as unknown as { _socket: { resume(): void } })._socket.resume();
-      await until(() => slow.close !== null || slow.lastSequence() === DURABLE, 'the slow reader to drain', 30_000, () => [slow.frames.length, slow.close]);
+      await until('the slow reader to drain', () => slow.close !== null || slow.lastSequence() === DURABLE, { timeoutMs: 30_000, intervalMs: POLL, detail: () => [slow.frames.length, slow.close] });
       const slowTransient = slow.frames.filter((f) => f.type === 'assistant_message_delta');
       if (slow.close) {
         expect(slow.close.code).toBe(4409);
@@ -539,7 +534,7 @@ describe('thread WebSocket', () => {
         // The reason names exactly the last durable frame it was sent, so resuming loses nothing.
         expect(resumeFrom).toBe(slow.lastSequence());
         const resumed = await server.connect(t.id, { api_key: owner.key, last_sequence: resumeFrom }, keep);
-        await until(() => resumed.lastSequence() === DURABLE, 'the resumed replay');
+        await until('the resumed replay', () => resumed.lastSequence() === DURABLE, { timeoutMs: 20_000, intervalMs: POLL });
         expect(resumed.durable().map((f) => f.sequence)).toEqual(range(resumeFrom + 1, DURABLE));
       } else {
         expect(slowTransient.length).toBeLessThan(TRANSIENT);
@@ -635,7 +630,7 @@ function startReplicaWriter(env: Record<string, string>, threadId: string, calls
   child.stderr.on('data', (d) => (err += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
   return {
-    ready: Promise.race([until(() => out.includes('ready'), 'the third replica to start', 30_000), exited.then((c) => Promise.reject(new Error(`third replica exited ${c}: ${err}`)))]),
+    ready: Promise.race([until('the third replica to start', () => out.includes('ready'), { timeoutMs: 30_000, intervalMs: POLL }), exited.then((c) => Promise.reject(new Error(`third replica exited ${c}: ${err}`)))]),
     done: exited.then((c) => {
       const m = /done (\d+)/.exec(out);
       if (c !== 0 || !m) throw new Error(`third replica exited ${c}: ${err}`);
@@ -692,7 +687,7 @@ describe('fan-out across Hangar instances', () => {
       expect(res.statusCode, res.body).toBe(202);
       expected.push(`t${i}`);
     }
-    await until(() => c.frames.length === expected.length + 1, 'every frame', 20_000, () => c.frames.length);
+    await until('every frame', () => c.frames.length === expected.length + 1, { timeoutMs: 20_000, intervalMs: POLL, detail: () => c.frames.length });
     await sleep(100); // nothing more (no repeats) arrives
     expect(c.frames.slice(1).map((f) => (f.type === 'tool_output_delta' ? `t${f.delta.slice(4)}` : `d${f.sequence}`))).toEqual(expected);
     expect(c.durable().map((f) => f.sequence)).toEqual(range(1, 30));
@@ -759,7 +754,7 @@ describe('fan-out across Hangar instances', () => {
     for (const r of restore) r();
     const total = inProcess + appendedByThird;
     for (const [name, c] of [['A', onA], ['B', onB], ['late A', lateA!]] as const) {
-      await until(() => c.lastSequence() === total, `the last frame on ${name}`, 20_000, () => [c.lastSequence(), c.frames.length, c.close]);
+      await until(`the last frame on ${name}`, () => c.lastSequence() === total, { timeoutMs: 20_000, intervalMs: POLL, detail: () => [c.lastSequence(), c.frames.length, c.close] });
     }
     await sleep(100); // nothing more (no repeats) arrives
     expect(onA.durable().map((f) => f.sequence)).toEqual(range(1, total));

@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { testRedisUrl } from '../../../test/harness.js';
 import { z } from 'zod';
+import { testDatabaseUrl, testRedisUrl } from '../../../test/harness.js';
 import { MemoryBus, RedisBus, subscribeParsed, type Bus } from './index.js';
+import { describeNeeding } from '../../../test/needs.js';
+import { until } from '../../../test/helpers.js';
 
 function contract(make: () => Bus) {
   it('delivers to every subscriber of a channel, in order, and stops after unsubscribe', async () => {
@@ -14,23 +16,15 @@ function contract(make: () => Bus) {
     await bus.subscribe(channel, (m) => b.push(m));
     await bus.subscribe(`${channel}-other`, () => a.push('wrong channel'));
     for (let i = 0; i < 5; i++) await bus.publish(channel, { seq: i });
-    await waitFor(() => b.length === 5);
+    await until('five messages to the second subscriber', () => b.length === 5, 3000);
     expect(a).toEqual([0, 1, 2, 3, 4].map((seq) => ({ seq })));
     expect(b).toEqual(a);
     await offA();
     await bus.publish(channel, { seq: 5 });
-    await waitFor(() => b.length === 6);
+    await until('the sixth message to the second subscriber', () => b.length === 6, 3000);
     expect(a).toHaveLength(5);
     await bus.close();
   });
-}
-
-async function waitFor(cond: () => boolean, ms = 3000) {
-  const until = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 5));
-  }
 }
 
 describe('in-process bus', () => {
@@ -63,8 +57,15 @@ describe('subscribeParsed', () => {
   });
 });
 
-// Runs in CI's PostgreSQL+Redis pass (HANGAR_TEST_REDIS_URL set); the default pass has no Redis to talk to.
-describe.runIf(testRedisUrl)('Redis bus', () => {
+// Runs in CI's PostgreSQL+Redis pass (HANGAR_TEST_REDIS_URL set); the default pass has no Redis to talk to, but
+// a PostgreSQL pass on CI (HANGAR_TEST_DATABASE_URL set) without Redis fails here rather than skipping the suite.
+const redisNeed = {
+  what: 'Redis (HANGAR_TEST_REDIS_URL)',
+  present: Boolean(testRedisUrl),
+  requiredOnCi: Boolean(testDatabaseUrl),
+  fix: 'start Redis and set HANGAR_TEST_REDIS_URL beside HANGAR_TEST_DATABASE_URL, as .ci/run does',
+};
+describeNeeding(redisNeed, 'Redis bus', () => {
   contract(() => new RedisBus(testRedisUrl!, `hangar-test-${randomBytes(4).toString('hex')}:`));
 
   it('fans out across two bus instances, as across two replicas', async () => {
@@ -74,7 +75,7 @@ describe.runIf(testRedisUrl)('Redis bus', () => {
     const got: unknown[] = [];
     await two.subscribe('thread:1', (m) => got.push(m));
     await one.publish('thread:1', { hello: 'replica' });
-    await waitFor(() => got.length === 1);
+    await until('the message on the other replica', () => got.length === 1, 3000);
     expect(got).toEqual([{ hello: 'replica' }]);
     await Promise.all([one.close(), two.close()]);
   });

@@ -7,6 +7,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIsolation, type Isolation, type Limits, type RunSpec, type WorkDir } from './index.js';
 import { startTimeOf } from './uid-slots.js';
+import { describeNeeding, isolationNeed, itNeeding } from '../../../test/needs.js';
+import { until } from '../../../test/helpers.js';
 
 /**
  * The sandbox as a user of POST /v1/execute would meet it: what a program can and cannot do, how each way
@@ -18,6 +20,7 @@ const PYTHON = '/usr/bin/python3'; // Debian's: the pyenv one under /root is unr
 const canIsolate = process.platform === 'linux' && process.getuid?.() === 0 && existsSync('/usr/bin/bwrap');
 const workRoot = mkdtempSync(path.join(tmpdir(), 'hangar-isolation-test-'));
 const iso: Isolation = await createIsolation({ workRoot });
+const hostNeed = { what: 'a host set up for isolation (Linux, root, /usr/bin/bwrap)', present: canIsolate };
 
 const limits = (over: Partial<Limits> = {}): Limits => ({
   wallMs: 10_000,
@@ -76,16 +79,6 @@ function leakedCgroups(): string[] {
   return leaked;
 }
 
-async function until<T>(what: string, fn: () => T, timeoutMs = 10_000): Promise<NonNullable<T>> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 /** Compiles C source with the host's gcc into the work dir; the sandbox runs it as /box/<name>. */
 function compileC(work: WorkDir, name: string, source: string): string {
   const src = path.join(workRoot, `${name}-${unique()}.c`);
@@ -96,7 +89,7 @@ function compileC(work: WorkDir, name: string, source: string): string {
 }
 
 describe('isolation availability', () => {
-  it.skipIf(!canIsolate)('is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1, native helpers)', () => {
+  itNeeding(hostNeed, 'is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1, native helpers)', () => {
     expect(iso.unavailableReason).toBeNull();
     expect(iso.available).toBe(true);
   });
@@ -110,7 +103,7 @@ describe('isolation availability', () => {
   });
 
 
-  it.skipIf(!canIsolate)('refuses a work root others can write to (and leaves its mode alone)', async () => {
+  itNeeding(hostNeed, 'refuses a work root others can write to (and leaves its mode alone)', async () => {
     const shared = await createIsolation({ workRoot: tmpdir() });
     expect(shared.available).toBe(false);
     expect(shared.unavailableReason).toMatch(/writable by root alone/);
@@ -118,7 +111,7 @@ describe('isolation availability', () => {
   });
 });
 
-describe.skipIf(!iso.available)('isolated runs', () => {
+describeNeeding(isolationNeed(iso), 'isolated runs', () => {
   const dirs: WorkDir[] = [];
   let work: WorkDir;
   const fresh = async () => {

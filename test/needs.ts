@@ -1,0 +1,69 @@
+import { describe, it, type TestFunction } from 'vitest';
+
+/**
+ * Suites that need something of the host (the isolation layer, a language toolchain, Redis). On a developer's
+ * machine without it they are skipped; on CI (`CI` set, as .ci/run does) the machine is set up to have all of
+ * it, so a missing capability fails, naming what is missing, instead of silently shrinking the suite.
+ */
+export interface Need {
+  /** What is needed, as a person would name it: "the isolation layer (bubblewrap, cgroups, root)". */
+  what: string;
+  present: boolean;
+  /** Why it is missing, when known (e.g. the isolation layer's own reason). */
+  reason?: string | null;
+  /** Whether CI must have it; default true. False where a CI pass legitimately lacks it. */
+  requiredOnCi?: boolean;
+  /** How CI gets it; default: run scripts/setup.sh as root. */
+  fix?: string;
+}
+
+export const onCi = Boolean(process.env.CI) && process.env.CI !== 'false' && process.env.CI !== '0';
+
+export type Verdict = 'run' | 'skip' | 'fail';
+
+/** What becomes of a suite that needs `need`, on CI or not. */
+export function verdict(need: Need, ci = onCi): Verdict {
+  if (need.present) return 'run';
+  return ci && need.requiredOnCi !== false ? 'fail' : 'skip';
+}
+
+function failure(need: Need): Error {
+  return new Error(
+    `${need.what} is missing${need.reason ? ` (${need.reason})` : ''}. CI (CI=${process.env.CI}) must have it: ` +
+      `the suite fails here instead of being skipped. On the CI machine: ${need.fix ?? 'run scripts/setup.sh as root'}.`,
+  );
+}
+
+/** `describe` for a suite that needs `need`: runs where present; skipped on a developer's machine; one failing test on CI. */
+export function describeNeeding(need: Need, name: string, fn: () => void): void {
+  const v = verdict(need);
+  if (v === 'run') describe(name, fn);
+  else if (v === 'skip') describe.skip(name, fn);
+  else
+    describe(name, () => {
+      it(`needs ${need.what}`, () => {
+        throw failure(need);
+      });
+    });
+}
+
+/** `it` for a test that needs `need`: runs where present; skipped on a developer's machine; fails on CI. */
+export function itNeeding(need: Need, name: string, fn: TestFunction, timeout?: number): void {
+  const v = verdict(need);
+  if (v === 'run') it(name, fn, timeout);
+  else if (v === 'skip') it.skip(name, fn);
+  else
+    it(name, () => {
+      throw failure(need);
+    });
+}
+
+/** The isolation layer of POST /v1/execute (bubblewrap, cgroups, the native helpers, root). */
+export function isolationNeed(iso: { available: boolean; unavailableReason: string | null }): Need {
+  return { what: 'the isolation layer (root, bubblewrap, cgroups, the native helpers)', present: iso.available, reason: iso.unavailableReason };
+}
+
+/** A language's toolchain, which scripts/setup.sh installs. */
+export function toolchainNeed(language: string, toolchains: readonly unknown[] | undefined): Need {
+  return { what: `the ${language} toolchain (installed by scripts/setup.sh)`, present: (toolchains?.length ?? 0) > 0 };
+}
