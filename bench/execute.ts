@@ -21,7 +21,8 @@ import { startServer, type ServerChild } from './lib/child.js';
 import { table } from './lib/load.js';
 import type { HangarInfo } from './servers/hangar.js';
 
-export const description = 'POST /v1/execute (python print, C hello world, TypeScript console.log) vs a bare spawn of the same toolchain: latency and throughput';
+export const description =
+  'POST /v1/execute (python print, C hello world, TypeScript console.log) vs a bare spawn of the same toolchain: latency and throughput';
 
 const OVERHEAD_AIM_MS = 10;
 const THROUGHPUT_AIM = 0.7;
@@ -84,7 +85,19 @@ const CASES: Case[] = [
     expected: 'OK\n',
     setup: (dir) => writeFileSync(path.join(dir, 'main.ts'), TS_HELLO),
     bare: async (dir) => {
-      await spawnCollect([ESBUILD, path.join(dir, 'main.ts'), '--format=cjs', '--platform=node', '--target=node20', `--outfile=${path.join(dir, 'main.js')}`, '--log-level=warning'], dir, ENV);
+      await spawnCollect(
+        [
+          ESBUILD,
+          path.join(dir, 'main.ts'),
+          '--format=cjs',
+          '--platform=node',
+          '--target=node20',
+          `--outfile=${path.join(dir, 'main.js')}`,
+          '--log-level=warning',
+        ],
+        dir,
+        ENV,
+      );
       return spawnCollect(['/usr/bin/node', path.join(dir, 'main.js')], dir, ENV);
     },
   },
@@ -222,7 +235,15 @@ export async function run(argv: string[]): Promise<string> {
       const ratio = apiRate / bareAvg;
       met &&= overhead <= OVERHEAD_AIM_MS && ratio >= THROUGHPUT_AIM;
       rows.push([`${c.name} bare spawn`, mb.toFixed(1), p90(lat.bare).toFixed(1), '', '', bareAvg.toFixed(1), '']);
-      rows.push([`${c.name} POST /v1/execute`, ma.toFixed(1), p90(lat.api).toFixed(1), overhead.toFixed(1), (ma / mb).toFixed(2), apiRate.toFixed(1), ratio.toFixed(2)]);
+      rows.push([
+        `${c.name} POST /v1/execute`,
+        ma.toFixed(1),
+        p90(lat.api).toFixed(1),
+        overhead.toFixed(1),
+        (ma / mb).toFixed(2),
+        apiRate.toFixed(1),
+        ratio.toFixed(2),
+      ]);
       console.log(
         `  ${c.name}: median ${mb.toFixed(1)} ms bare, ${ma.toFixed(1)} ms API (overhead ${overhead.toFixed(1)} ms, aim <= ${OVERHEAD_AIM_MS}: ${overhead <= OVERHEAD_AIM_MS ? 'met' : 'NOT met'}); ` +
           `${bareAvg.toFixed(1)}/s bare, ${apiRate.toFixed(1)}/s API at concurrency ${workers} (ratio ${ratio.toFixed(2)}, aim >= ${THROUGHPUT_AIM}: ${ratio >= THROUGHPUT_AIM ? 'met' : 'NOT met'})`,
@@ -230,9 +251,7 @@ export async function run(argv: string[]): Promise<string> {
       summary.push(`${c.name} overhead ${overhead.toFixed(1)} ms (x${(ma / mb).toFixed(2)}), throughput ratio ${ratio.toFixed(2)}`);
     }
     console.log('');
-    console.log(
-      table(['target', 'median ms', 'p90 ms', 'overhead ms', 'latency ratio', `exec/s @${workers}`, 'throughput ratio'], rows),
-    );
+    console.log(table(['target', 'median ms', 'p90 ms', 'overhead ms', 'latency ratio', `exec/s @${workers}`, 'throughput ratio'], rows));
     console.log(`\naims (overhead <= ${OVERHEAD_AIM_MS} ms, throughput >= ${THROUGHPUT_AIM} of bare): ${met ? 'met' : 'NOT met'}`);
     return `execute: ${summary.join('; ')}`;
   } finally {

@@ -49,7 +49,11 @@ function fakeMain(): void {
     async (opts: { chunks: number; chunkDelayMs: number }) => {
       const { FakeOpenAI } = await import('../test/fakes/openai.js');
       const fake = await new FakeOpenAI().start();
-      const response = { text: answerChunks(opts.chunks), usage: { prompt: 12, completion: opts.chunks }, ...(opts.chunkDelayMs > 0 ? { chunkDelayMs: opts.chunkDelayMs } : {}) };
+      const response = {
+        text: answerChunks(opts.chunks),
+        usage: { prompt: 12, completion: opts.chunks },
+        ...(opts.chunkDelayMs > 0 ? { chunkDelayMs: opts.chunkDelayMs } : {}),
+      };
       const LOW = 500;
       const HIGH = 1000;
       // `requests` is recorded before the queue is read, so `queued` never exceeds what is really queued.
@@ -229,7 +233,8 @@ const BUCKETS: Bucket[] = [
   { label: 'usage insert (recordModelUsage)', match: (f) => f.startsWith('recordModelUsage src/domains/models/') },
   {
     label: 'SQLite + Kysely (async halves of the two above)',
-    match: (f) => f === 'all' || f === 'run' || f === 'get' || f.includes(' kysely/') || f.includes(' better-sqlite3/') || f.includes('src/platform/db/'),
+    match: (f) =>
+      f === 'all' || f === 'run' || f === 'get' || f.includes(' kysely/') || f.includes(' better-sqlite3/') || f.includes('src/platform/db/'),
   },
   {
     label: 'AI SDK model object made per call (chatModel: zod chunk schema)',
@@ -244,14 +249,16 @@ const BUCKETS: Bucket[] = [
   { label: 'model proxy route + service (NDJSON stringify and writes)', match: (f) => f.includes('src/domains/models/') },
   {
     label: 'Fastify + Hangar HTTP plumbing (route, hooks, reply)',
-    match: (f) => / (fastify|find-my-way|avvio|light-my-request|pino|@fastify\/[\w-]+|fast-json-stringify)\//.test(f) || f.includes('src/platform/http/'),
+    match: (f) =>
+      / (fastify|find-my-way|avvio|light-my-request|pino|@fastify\/[\w-]+|fast-json-stringify)\//.test(f) || f.includes('src/platform/http/'),
   },
   { label: 'benchmark client code', match: (f) => f.includes('bench/models.ts') },
   { label: 'web streams (fetch bodies; AI SDK stream pipeline)', match: (f) => f.includes(' node:internal/webstreams') },
   { label: "undici (fetch: the client's; proxied: also the AI SDK's)", match: (f) => f.includes(' node:internal/deps') },
   {
     label: 'Node HTTP server + sockets',
-    match: (f) => / node:(_http|net|internal\/(stream_base_commons|streams|http))/.test(f) || f.startsWith('writev') || f.startsWith('writeUtf8String'),
+    match: (f) =>
+      / node:(_http|net|internal\/(stream_base_commons|streams|http))/.test(f) || f.startsWith('writev') || f.startsWith('writeUtf8String'),
   },
 ];
 const OTHER = 'other (timers, microtasks, native, idle bookkeeping)';
@@ -319,7 +326,11 @@ export async function run(argv: string[]): Promise<string> {
     process.stdout.write('starting the fake OpenAI-compatible provider (child process) and Hangar (in process)... ');
     fake = await startServer('fake-openai', path.relative(SERVERS_DIR, SELF), { options: { chunks, chunkDelayMs } });
     const fakeUrl = `${fake.url}/v1`;
-    hangar = await startInProcessHangar('models', { HANGAR_OPENAI_BASE_URL: fakeUrl, HANGAR_OPENAI_API_KEY: 'sk-bench', HANGAR_OPENAI_MODELS: MODEL });
+    hangar = await startInProcessHangar('models', {
+      HANGAR_OPENAI_BASE_URL: fakeUrl,
+      HANGAR_OPENAI_API_KEY: 'sk-bench',
+      HANGAR_OPENAI_MODELS: MODEL,
+    });
     console.log(`fake on ${fakeUrl}, Hangar on ${hangar.url}`);
     const expected = answerChunks(chunks).join('');
     const calls = makeCalls({ fakeUrl, hangarUrl: hangar.url, apiKey: hangar.apiKey, expected, chunks });
@@ -359,7 +370,12 @@ export async function run(argv: string[]): Promise<string> {
     const jd: Row = { label: '(1) direct POST /v1/chat/completions', samples: json.direct, cpuUs: json.directCpu[0]! / iterations };
     const jp: Row = { label: '(1) POST /v1/model-proxy', samples: json.proxy, cpuUs: json.proxyCpu[0]! / iterations, baseline: jd };
     const sd: Row = { label: '(2) direct stream: total', samples: stream.direct.map((s) => s.total), cpuUs: stream.directCpu[0]! / iterations };
-    const sp: Row = { label: '(2) POST /v1/model-proxy/stream: total', samples: stream.proxy.map((s) => s.total), cpuUs: stream.proxyCpu[0]! / iterations, baseline: sd };
+    const sp: Row = {
+      label: '(2) POST /v1/model-proxy/stream: total',
+      samples: stream.proxy.map((s) => s.total),
+      cpuUs: stream.proxyCpu[0]! / iterations,
+      baseline: sd,
+    };
     const bd: Row = { label: '    direct: first byte (SSE data)', samples: stream.direct.map((s) => s.firstByte) };
     const bp: Row = { label: '    proxy: first byte (`start` line)', samples: stream.proxy.map((s) => s.firstByte), baseline: bd };
     const td: Row = { label: '    direct: first content chunk', samples: stream.direct.map((s) => s.firstText) };
@@ -382,7 +398,9 @@ export async function run(argv: string[]): Promise<string> {
           r.baseline ? signed(added(r)) : '',
           r.baseline ? signed(addedP99(r)) : '',
           r.cpuUs === undefined ? '' : r.cpuUs.toFixed(0),
-          r.baseline?.cpuUs !== undefined && r.cpuUs !== undefined ? `${r.cpuUs >= r.baseline.cpuUs ? '+' : '-'}${Math.abs(r.cpuUs - r.baseline.cpuUs).toFixed(0)}` : '',
+          r.baseline?.cpuUs !== undefined && r.cpuUs !== undefined
+            ? `${r.cpuUs >= r.baseline.cpuUs ? '+' : '-'}${Math.abs(r.cpuUs - r.baseline.cpuUs).toFixed(0)}`
+            : '',
           r.baseline ? `< ${AIM_MS} ms` : '',
           r.baseline ? (added(r) < AIM_MS ? 'aim met' : 'aim NOT met') : '',
         ]),
@@ -394,7 +412,16 @@ export async function run(argv: string[]): Promise<string> {
     );
     const aimed = rows.filter((r) => r.baseline);
     const met = aimed.filter((r) => added(r) < AIM_MS).length;
-    console.log(`aims met: ${met}/${aimed.length}${met < aimed.length ? ` (NOT met: ${aimed.filter((r) => added(r) >= AIM_MS).map((r) => r.label.trim()).join(', ')})` : ''}`);
+    console.log(
+      `aims met: ${met}/${aimed.length}${
+        met < aimed.length
+          ? ` (NOT met: ${aimed
+              .filter((r) => added(r) >= AIM_MS)
+              .map((r) => r.label.trim())
+              .join(', ')})`
+          : ''
+      }`,
+    );
 
     if (values.profile) await profileAddedTime(calls, iterations);
 
@@ -432,12 +459,27 @@ async function profileAddedTime(calls: ReturnType<typeof makeCalls>, n: number):
     const [d, p] = reports as [ProfileReport, ProfileReport];
     const per = (r: ProfileReport, label: string) => ((r.buckets.find(([l]) => l === label)?.[1] ?? 0) * 1000) / n;
     const labels = [...BUCKETS.map((b) => b.label), OTHER].filter((l) => per(d, l) > 0 || per(p, l) > 0);
-    const rows = labels.map((l) => [l, per(d, l).toFixed(0), per(p, l).toFixed(0), `${per(p, l) - per(d, l) >= 0 ? '+' : ''}${(per(p, l) - per(d, l)).toFixed(0)}`]);
-    rows.push(['total sampled CPU', ((d.totalMs * 1000) / n).toFixed(0), ((p.totalMs * 1000) / n).toFixed(0), `+${(((p.totalMs - d.totalMs) * 1000) / n).toFixed(0)}`]);
+    const rows = labels.map((l) => [
+      l,
+      per(d, l).toFixed(0),
+      per(p, l).toFixed(0),
+      `${per(p, l) - per(d, l) >= 0 ? '+' : ''}${(per(p, l) - per(d, l)).toFixed(0)}`,
+    ]);
+    rows.push([
+      'total sampled CPU',
+      ((d.totalMs * 1000) / n).toFixed(0),
+      ((p.totalMs * 1000) / n).toFixed(0),
+      `+${(((p.totalMs - d.totalMs) * 1000) / n).toFixed(0)}`,
+    ]);
     console.log(`\n${mode}: where the time goes, CPU µs per call`);
     console.log(table(['bucket', 'direct', 'proxied', 'added'], rows));
     console.log(`\n${mode}, proxied: heaviest functions, self time`);
-    console.log(table(['function', 'µs/call'], p.selfFns.slice(0, 15).map(([k, ms]) => [k, ((ms * 1000) / n).toFixed(1)])));
+    console.log(
+      table(
+        ['function', 'µs/call'],
+        p.selfFns.slice(0, 15).map(([k, ms]) => [k, ((ms * 1000) / n).toFixed(1)]),
+      ),
+    );
   }
 }
 

@@ -123,17 +123,34 @@ class BareBundle {
 
   async prepare(sandboxDir: string): Promise<void> {
     const { root } = await ensureBaseLayer(sandboxDir);
-    for (const d of ['upper/root', 'upper/usr', 'work/root', 'work/usr', 'bundle/rootfs', 'state']) mkdirSync(path.join(this.dir, d), { recursive: true });
+    for (const d of ['upper/root', 'upper/usr', 'work/root', 'work/usr', 'bundle/rootfs', 'state'])
+      mkdirSync(path.join(this.dir, d), { recursive: true });
     const up = (p: string) => path.join(this.dir, p);
-    await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${root},upperdir=${up('upper/root')},workdir=${up('work/root')}`, this.rootfs]);
-    await execFileP('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=/usr,upperdir=${up('upper/usr')},workdir=${up('work/usr')}`, path.join(this.rootfs, 'usr')]);
+    await execFileP('mount', [
+      '-t',
+      'overlay',
+      'overlay',
+      '-o',
+      `lowerdir=${root},upperdir=${up('upper/root')},workdir=${up('work/root')}`,
+      this.rootfs,
+    ]);
+    await execFileP('mount', [
+      '-t',
+      'overlay',
+      'overlay',
+      '-o',
+      `lowerdir=/usr,upperdir=${up('upper/usr')},workdir=${up('work/usr')}`,
+      path.join(this.rootfs, 'usr'),
+    ]);
     await execFileP('runc', ['spec', '--bundle', this.bundle]);
     const file = path.join(this.bundle, 'config.json');
     const spec = JSON.parse(readFileSync(file, 'utf8'));
     spec.process.args = ['/bin/true'];
     spec.process.terminal = false;
     spec.root = { path: this.rootfs, readonly: false };
-    spec.linux.namespaces = (spec.linux.namespaces as { type: string; path?: string }[]).map((ns) => (ns.type === 'network' ? { type: 'network' } : ns));
+    spec.linux.namespaces = (spec.linux.namespaces as { type: string; path?: string }[]).map((ns) =>
+      ns.type === 'network' ? { type: 'network' } : ns,
+    );
     writeFileSync(file, JSON.stringify(spec));
   }
 
@@ -337,7 +354,9 @@ export async function run(argv: string[]): Promise<string> {
             r.samples.length,
             f(m),
             f(p90(r.samples)),
-            r.baseline ? `x${(m / median(r.baseline)).toFixed(2)} (${m >= median(r.baseline) ? '+' : '-'}${f(Math.abs(m - median(r.baseline)))})` : '',
+            r.baseline
+              ? `x${(m / median(r.baseline)).toFixed(2)} (${m >= median(r.baseline) ? '+' : '-'}${f(Math.abs(m - median(r.baseline)))})`
+              : '',
             r.aim ? `< ${r.aim} ms` : '',
             r.aim ? (m < r.aim ? 'aim met' : 'aim NOT met') : '',
           ];

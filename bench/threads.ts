@@ -70,8 +70,16 @@ function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
-const median = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 50);
-const p90 = (xs: number[]) => percentile([...xs].sort((a, b) => a - b), 90);
+const median = (xs: number[]) =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    50,
+  );
+const p90 = (xs: number[]) =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    90,
+  );
 
 // ---- the clients' child process ---------------------------------------------------------------
 
@@ -178,7 +186,15 @@ function clientsMain(): void {
     },
     async report() {
       const cpu = process.cpuUsage(cpu0);
-      const r: ClientReport = { deliveries: n, latencies: lat.slice(0, n), firstSentUs: firstSent, lastRecvUs: lastRecv, cpuUs: cpu.user + cpu.system, stray, unexpectedCloses };
+      const r: ClientReport = {
+        deliveries: n,
+        latencies: lat.slice(0, n),
+        firstSentUs: firstSent,
+        lastRecvUs: lastRecv,
+        cpuUs: cpu.user + cpu.system,
+        stray,
+        unexpectedCloses,
+      };
       phase = -1;
       return { report: r };
     },
@@ -216,7 +232,11 @@ function clientsMain(): void {
           const body = JSON.stringify({ threadId: ids.threadId, frame: postFrame(ids, m.phase as number, ++seq) });
           const req = http.request(
             `${m.url}/v1/thread-events`,
-            { method: 'POST', agent, headers: { 'x-api-key': m.apiKey as string, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+            {
+              method: 'POST',
+              agent,
+              headers: { 'x-api-key': m.apiKey as string, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+            },
             (res) => {
               let text = '';
               res.setEncoding('utf8').on('data', (d) => (text += d));
@@ -463,7 +483,16 @@ export async function run(argv: string[]): Promise<string> {
   const durableSeconds = Number(values['durable-seconds']);
   const threadCount = Number(values.threads);
   const batch = Number(values.batch);
-  for (const [k, v] of Object.entries({ subscribers, rate, seconds: pacedSeconds, saturation: saturationSeconds, rounds, 'durable-seconds': durableSeconds, threads: threadCount, batch })) {
+  for (const [k, v] of Object.entries({
+    subscribers,
+    rate,
+    seconds: pacedSeconds,
+    saturation: saturationSeconds,
+    rounds,
+    'durable-seconds': durableSeconds,
+    threads: threadCount,
+    batch,
+  })) {
     if (!(v > 0)) throw new Error(`--${k} must be a positive number`);
   }
   const withHttp = !values['no-http'];
@@ -583,7 +612,8 @@ export async function run(argv: string[]): Promise<string> {
         await runPhase(target, 'saturation', 1);
         await runPhase(target, 'paced', 1);
       }
-      for (const step of ['paced', 'saturation'] as const) keep(target, step, await runPhase(target, step, step === 'paced' ? pacedSeconds : saturationSeconds));
+      for (const step of ['paced', 'saturation'] as const)
+        keep(target, step, await runPhase(target, step, step === 'paced' ? pacedSeconds : saturationSeconds));
     };
 
     const hangarTargets: Target[] = withHttp ? ['bus', 'http'] : ['bus'];
@@ -621,7 +651,15 @@ export async function run(argv: string[]): Promise<string> {
       blobSeq.set(key, s);
       return text;
     };
-    const row = (label: string, writers: number, perCall: number, baseline?: DurableRow): DurableRow => ({ label, writers, perCall, calls: 0, seconds: 0, latencies: [], baseline });
+    const row = (label: string, writers: number, perCall: number, baseline?: DurableRow): DurableRow => ({
+      label,
+      writers,
+      perCall,
+      calls: 0,
+      seconds: 0,
+      latencies: [],
+      baseline,
+    });
     const bare1 = row('bare blobs.append+fsync, 1 file', 1, 1);
     const hangar1 = row('appendDurable, 1 thread', 1, 1, bare1);
     const bareB = row(`bare blobs.append+fsync, 1 file, ${batch} lines`, 1, batch);
@@ -631,15 +669,27 @@ export async function run(argv: string[]): Promise<string> {
     const pairs: [DurableRow, () => Promise<void>, DurableRow, () => Promise<void>][] = [];
     const per = durableSeconds / rounds;
     const frames = Array.from({ length: batch }, frame);
-    pairs.push([bare1, () => writeLoops(bare1, per, () => h.deps.blobs.append(blobKey('one'), blobLines('one', 1))), hangar1, () => writeLoops(hangar1, per, () => appendDurable(h.deps, single.id, [frame()]))]);
-    pairs.push([bareB, () => writeLoops(bareB, per, () => h.deps.blobs.append(blobKey('batch'), blobLines('batch', batch))), hangarB, () => writeLoops(hangarB, per, () => appendDurable(h.deps, batched.id, frames))]);
+    pairs.push([
+      bare1,
+      () => writeLoops(bare1, per, () => h.deps.blobs.append(blobKey('one'), blobLines('one', 1))),
+      hangar1,
+      () => writeLoops(hangar1, per, () => appendDurable(h.deps, single.id, [frame()])),
+    ]);
+    pairs.push([
+      bareB,
+      () => writeLoops(bareB, per, () => h.deps.blobs.append(blobKey('batch'), blobLines('batch', batch))),
+      hangarB,
+      () => writeLoops(hangarB, per, () => appendDurable(h.deps, batched.id, frames)),
+    ]);
     pairs.push([
       bareN,
       () => writeLoops(bareN, per, (w) => h.deps.blobs.append(blobKey(`w${w}`), blobLines(`w${w}`, 1))),
       hangarN,
       () => writeLoops(hangarN, per, (w) => appendDurable(h.deps, many[w]!, [frame()])),
     ]);
-    console.log(`(b) durable appends: ${durableSeconds} s per step and target (${rounds} rounds, ABBA), after a warm-up; JSONL in ${path.join(h.dataDir, 'blobs')}`);
+    console.log(
+      `(b) durable appends: ${durableSeconds} s per step and target (${rounds} rounds, ABBA), after a warm-up; JSONL in ${path.join(h.dataDir, 'blobs')}`,
+    );
     // Warm-up: a few of each, not recorded.
     for (let i = 0; i < 20; i++) {
       await h.deps.blobs.append(blobKey('warm'), blobLines('warm', 1));
@@ -724,7 +774,22 @@ export async function run(argv: string[]): Promise<string> {
     console.log('');
     console.log(
       table(
-        ['target', 'step', 'frames/s', 'deliveries/s', 'delivered', 'p50 ms', 'p99 ms', 'max ms', 'server CPU', 'CPU µs/delivery', 'clients CPU', 'vs bare', 'aim', 'result'],
+        [
+          'target',
+          'step',
+          'frames/s',
+          'deliveries/s',
+          'delivered',
+          'p50 ms',
+          'p99 ms',
+          'max ms',
+          'server CPU',
+          'CPU µs/delivery',
+          'clients CPU',
+          'vs bare',
+          'aim',
+          'result',
+        ],
         rowsA,
       ),
     );
@@ -752,13 +817,24 @@ export async function run(argv: string[]): Promise<string> {
     );
 
     const met = aimResults.filter((a) => a.met).length;
-    console.log(`\naims met: ${met}/${aimResults.length}${aimResults.some((a) => !a.met) ? ` (NOT met: ${aimResults.filter((a) => !a.met).map((a) => a.label).join(', ')})` : ''}`);
+    console.log(
+      `\naims met: ${met}/${aimResults.length}${
+        aimResults.some((a) => !a.met)
+          ? ` (NOT met: ${aimResults
+              .filter((a) => !a.met)
+              .map((a) => a.label)
+              .join(', ')})`
+          : ''
+      }`,
+    );
     const bp = pooled['bare/paced']!;
     const hp = pooled['bus/paced']!;
     const bs = pooled['bare/saturation']!;
     const hs = pooled['bus/saturation']!;
     const k = (x: number) => `${(x / 1000).toFixed(0)}k`;
-    const httpPart = withHttp ? `, POST path x${(pooled['http/saturation']!.deliveriesPerS / bs.deliveriesPerS).toFixed(2)} p99 ${pooled['http/paced']!.p99.toFixed(1)} ms` : '';
+    const httpPart = withHttp
+      ? `, POST path x${(pooled['http/saturation']!.deliveriesPerS / bs.deliveriesPerS).toFixed(2)} p99 ${pooled['http/paced']!.p99.toFixed(1)} ms`
+      : '';
     return (
       `threads: fan-out to ${subscribers} p99 ${hp.p99.toFixed(1)} ms at ${k(hp.deliveriesPerS)}/s (bare ${bp.p99.toFixed(1)} ms), ` +
       `saturation ${k(hs.deliveriesPerS)} vs bare ${k(bs.deliveriesPerS)} deliveries/s (x${(hs.deliveriesPerS / bs.deliveriesPerS).toFixed(2)})${httpPart}; ` +

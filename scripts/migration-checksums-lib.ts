@@ -20,7 +20,9 @@ export function migrationFiles(): string[] {
 }
 
 export function sha256(file: string): string {
-  return createHash('sha256').update(readFileSync(path.join(migrationsDir, file))).digest('hex');
+  return createHash('sha256')
+    .update(readFileSync(path.join(migrationsDir, file)))
+    .digest('hex');
 }
 
 export function readChecksums(): Record<string, string> {

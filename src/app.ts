@@ -31,7 +31,18 @@ type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
 /** Which service serves which domain. The five services' routes never collide under /v1. */
 const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
-  orchestrator: [organizationRoutes, identityRoutes, activityRoutes, executeRoutes, templateRoutes, sandboxRoutes, threadRoutes, modelRoutes, agentRoutes, runRoutes],
+  orchestrator: [
+    organizationRoutes,
+    identityRoutes,
+    activityRoutes,
+    executeRoutes,
+    templateRoutes,
+    sandboxRoutes,
+    threadRoutes,
+    modelRoutes,
+    agentRoutes,
+    runRoutes,
+  ],
   auth: [],
   tools: [secretRoutes],
   billing: [billingRoutes],

@@ -44,9 +44,19 @@ describe('configuration', () => {
   it('code execution limits: defaults from the machine, bounds checked, languages listed', () => {
     const d = dir();
     const c = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key });
-    expect(c.execute).toMatchObject({ concurrency: availableParallelism(), queue: 4 * availableParallelism(), maxRunTimeoutMs: 30_000, languages: null });
+    expect(c.execute).toMatchObject({
+      concurrency: availableParallelism(),
+      queue: 4 * availableParallelism(),
+      maxRunTimeoutMs: 30_000,
+      languages: null,
+    });
     expect(Object.isFrozen(c.execute)).toBe(true);
-    const custom = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_EXECUTE_CONCURRENCY: '3', HANGAR_EXECUTE_LANGUAGES: ' Python, go ,' });
+    const custom = parseConfig({
+      HANGAR_DATA_DIR: d,
+      HANGAR_SECRET_KEY: key,
+      HANGAR_EXECUTE_CONCURRENCY: '3',
+      HANGAR_EXECUTE_LANGUAGES: ' Python, go ,',
+    });
     expect(custom.execute).toMatchObject({ concurrency: 3, queue: 12, languages: ['python', 'go'] });
     expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_EXECUTE_CONCURRENCY: '0' })).setting).toBe(
       'HANGAR_EXECUTE_CONCURRENCY',
@@ -58,7 +68,15 @@ describe('configuration', () => {
   it('sandbox limits: defaults, server maxima checked against defaults, subnet and node id validated', () => {
     const d = dir();
     const c = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key });
-    expect(c.sandboxes).toMatchObject({ dir: '/var/lib/hangar/sandboxes', maxRunningPerOrg: 10, defaultCpu: 1, maxCpu: 2, defaultMemoryMb: 512, subnetOctet: 89, prebuildTemplates: true });
+    expect(c.sandboxes).toMatchObject({
+      dir: '/var/lib/hangar/sandboxes',
+      maxRunningPerOrg: 10,
+      defaultCpu: 1,
+      maxCpu: 2,
+      defaultMemoryMb: 512,
+      subnetOctet: 89,
+      prebuildTemplates: true,
+    });
     expect(c.sandboxes.nodeId).toMatch(/^[A-Za-z0-9._-]{1,64}$/);
     const base = { HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key };
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DEFAULT_CPU: '4' })).setting).toBe('HANGAR_SANDBOX_MAX_CPU');
@@ -72,7 +90,10 @@ describe('configuration', () => {
     expect(c.sandboxes).toMatchObject({ defaultDiskMb: 2048, maxDiskMb: 10_240, minFreeDiskMb: 2048, buildDiskMb: 4096 });
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_DISK_MB: '20000' })).setting).toBe('HANGAR_SANDBOX_MAX_DISK_MB');
     expect(errorOf(() => parseConfig({ ...base, HANGAR_TEMPLATE_BUILD_DISK_MB: '10' })).setting).toBe('HANGAR_TEMPLATE_BUILD_DISK_MB');
-    expect(parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.7.0.0/16', HANGAR_TEMPLATE_PREBUILD: 'false' }).sandboxes).toMatchObject({ subnetOctet: 7, prebuildTemplates: false });
+    expect(parseConfig({ ...base, HANGAR_SANDBOX_SUBNET: '10.7.0.0/16', HANGAR_TEMPLATE_PREBUILD: 'false' }).sandboxes).toMatchObject({
+      subnetOctet: 7,
+      prebuildTemplates: false,
+    });
   });
 
   it('HANGAR_SANDBOX_NETWORK_ALLOW: comma-separated IPv4/IPv6 networks, normalised; a bad one stops start-up naming the setting', () => {

@@ -19,8 +19,7 @@ export class ConfigError extends Error {
   }
 }
 
-const intFrom = (min: number, max: number) =>
-  z.coerce.number().int().min(min).max(max);
+const intFrom = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
 const MIB = 1024 * 1024;
 
@@ -61,7 +60,10 @@ const EnvSchema = z.object({
   HANGAR_EXECUTE_FILE_SIZE_BYTES: intFrom(1, 1024 ** 4).default(64 * MIB),
   HANGAR_EXECUTE_LANGUAGES: z.string().optional(),
   HANGAR_SANDBOX_DIR: z.string().min(1).default('/var/lib/hangar/sandboxes'),
-  HANGAR_NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'letters, digits, ".", "_" and "-", at most 64').optional(),
+  HANGAR_NODE_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/, 'letters, digits, ".", "_" and "-", at most 64')
+    .optional(),
   HANGAR_SANDBOX_MAX_RUNNING: intFrom(0, 100_000).default(10),
   HANGAR_SANDBOX_DEFAULT_CPU: z.coerce.number().min(0.1).max(1024).multipleOf(0.01).default(1),
   HANGAR_SANDBOX_MAX_CPU: z.coerce.number().min(0.1).max(1024).multipleOf(0.01).default(2),
@@ -74,7 +76,10 @@ const EnvSchema = z.object({
   HANGAR_SANDBOX_MAX_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(10_240),
   HANGAR_SANDBOX_MIN_FREE_DISK_MB: intFrom(0, 1024 ** 4).default(2048),
   HANGAR_TEMPLATE_BUILD_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(4096),
-  HANGAR_SANDBOX_SUBNET: z.string().regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet').default('10.89.0.0/16'),
+  HANGAR_SANDBOX_SUBNET: z
+    .string()
+    .regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet')
+    .default('10.89.0.0/16'),
   HANGAR_SANDBOX_NETWORK_ALLOW: z.string().optional(),
   HANGAR_TEMPLATE_PREBUILD: z.enum(['true', 'false', '1', '0']).default('true'),
   HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS: intFrom(10, 86_400).default(1800),
@@ -229,11 +234,18 @@ function formatAddr(value: bigint, v4: boolean): string {
   return `${groups.slice(0, best).join(':')}::${groups.slice(best + bestLen).join(':')}`;
 }
 
-const list = (v: string | undefined): string[] => (v ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const list = (v: string | undefined): string[] =>
+  (v ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 
 export function parseServices(value: string | undefined): ServiceName[] {
   if (!value || value.trim() === '') return [...SERVICES];
-  const names = value.split(',').map((s) => s.trim()).filter(Boolean);
+  const names = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const name of names) {
     if (!(SERVICES as readonly string[]).includes(name)) {
       throw new ConfigError('--service', `unknown service "${name}"; expected one or more of ${SERVICES.join(', ')}`);
@@ -282,10 +294,7 @@ function ensureWritableDir(dir: string): void {
  * Parses the environment once into a frozen Config. Nothing else reads process.env.
  * The secret key is resolved by the caller (see loadSecretKey) so tests can inject one.
  */
-export function parseConfig(
-  env: Record<string, string | undefined>,
-  overrides: { services?: string; secretKey?: Buffer } = {},
-): Config {
+export function parseConfig(env: Record<string, string | undefined>, overrides: { services?: string; secretKey?: Buffer } = {}): Config {
   const result = EnvSchema.safeParse(env);
   if (!result.success) {
     const issue = result.error.issues[0]!;
@@ -302,13 +311,23 @@ export function parseConfig(
   if ((e.HANGAR_OIDC_ISSUER && !e.HANGAR_OIDC_AUDIENCE) || (!e.HANGAR_OIDC_ISSUER && e.HANGAR_OIDC_AUDIENCE)) {
     throw new ConfigError('HANGAR_OIDC_ISSUER', 'HANGAR_OIDC_ISSUER and HANGAR_OIDC_AUDIENCE must be set together');
   }
-  if (e.HANGAR_EXECUTE_RUN_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES || e.HANGAR_EXECUTE_COMPILE_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES) {
-    throw new ConfigError('HANGAR_EXECUTE_MAX_MEMORY_BYTES', 'must be at least HANGAR_EXECUTE_RUN_MEMORY_BYTES and HANGAR_EXECUTE_COMPILE_MEMORY_BYTES');
+  if (
+    e.HANGAR_EXECUTE_RUN_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES ||
+    e.HANGAR_EXECUTE_COMPILE_MEMORY_BYTES > e.HANGAR_EXECUTE_MAX_MEMORY_BYTES
+  ) {
+    throw new ConfigError(
+      'HANGAR_EXECUTE_MAX_MEMORY_BYTES',
+      'must be at least HANGAR_EXECUTE_RUN_MEMORY_BYTES and HANGAR_EXECUTE_COMPILE_MEMORY_BYTES',
+    );
   }
-  if (e.HANGAR_SANDBOX_DEFAULT_CPU > e.HANGAR_SANDBOX_MAX_CPU) throw new ConfigError('HANGAR_SANDBOX_MAX_CPU', 'must be at least HANGAR_SANDBOX_DEFAULT_CPU');
-  if (e.HANGAR_SANDBOX_DEFAULT_MEMORY_MB > e.HANGAR_SANDBOX_MAX_MEMORY_MB) throw new ConfigError('HANGAR_SANDBOX_MAX_MEMORY_MB', 'must be at least HANGAR_SANDBOX_DEFAULT_MEMORY_MB');
-  if (e.HANGAR_SANDBOX_DISK_MB > e.HANGAR_SANDBOX_MAX_DISK_MB) throw new ConfigError('HANGAR_SANDBOX_MAX_DISK_MB', 'must be at least HANGAR_SANDBOX_DISK_MB');
-  if (e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS > e.HANGAR_SANDBOX_MAX_IDLE_SECONDS && e.HANGAR_SANDBOX_MAX_IDLE_SECONDS !== 0) throw new ConfigError('HANGAR_SANDBOX_MAX_IDLE_SECONDS', 'must be at least HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS');
+  if (e.HANGAR_SANDBOX_DEFAULT_CPU > e.HANGAR_SANDBOX_MAX_CPU)
+    throw new ConfigError('HANGAR_SANDBOX_MAX_CPU', 'must be at least HANGAR_SANDBOX_DEFAULT_CPU');
+  if (e.HANGAR_SANDBOX_DEFAULT_MEMORY_MB > e.HANGAR_SANDBOX_MAX_MEMORY_MB)
+    throw new ConfigError('HANGAR_SANDBOX_MAX_MEMORY_MB', 'must be at least HANGAR_SANDBOX_DEFAULT_MEMORY_MB');
+  if (e.HANGAR_SANDBOX_DISK_MB > e.HANGAR_SANDBOX_MAX_DISK_MB)
+    throw new ConfigError('HANGAR_SANDBOX_MAX_DISK_MB', 'must be at least HANGAR_SANDBOX_DISK_MB');
+  if (e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS > e.HANGAR_SANDBOX_MAX_IDLE_SECONDS && e.HANGAR_SANDBOX_MAX_IDLE_SECONDS !== 0)
+    throw new ConfigError('HANGAR_SANDBOX_MAX_IDLE_SECONDS', 'must be at least HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS');
   const subnetOctet = Number(/^10\.(\d{1,3})\./.exec(e.HANGAR_SANDBOX_SUBNET)![1]);
   if (subnetOctet > 255) throw new ConfigError('HANGAR_SANDBOX_SUBNET', 'must be a 10.N.0.0/16 subnet with N at most 255');
   const networkAllow = list(e.HANGAR_SANDBOX_NETWORK_ALLOW).map((cidr) => {
@@ -319,7 +338,9 @@ export function parseConfig(
   const concurrency = e.HANGAR_EXECUTE_CONCURRENCY ?? availableParallelism();
   const queue = e.HANGAR_EXECUTE_QUEUE ?? 4 * concurrency;
   const half = (n: number) => Math.max(1, Math.ceil(n / 2));
-  const languages = e.HANGAR_EXECUTE_LANGUAGES?.split(',').map((l) => l.trim().toLowerCase()).filter(Boolean);
+  const languages = e.HANGAR_EXECUTE_LANGUAGES?.split(',')
+    .map((l) => l.trim().toLowerCase())
+    .filter(Boolean);
   const host = e.HOST === '0.0.0.0' || e.HOST === '::' ? '127.0.0.1' : e.HOST;
   const local = `http://${host.includes(':') ? `[${host}]` : host}:${e.PORT}`;
   const urls = {
@@ -371,18 +392,32 @@ export function parseConfig(
       languages: languages?.length ? Object.freeze(languages) : null,
     }),
     models: Object.freeze({
-      openai: e.HANGAR_OPENAI_BASE_URL || e.HANGAR_OPENAI_API_KEY
-        ? Object.freeze({ baseUrl: e.HANGAR_OPENAI_BASE_URL ?? 'https://api.openai.com/v1', apiKey: e.HANGAR_OPENAI_API_KEY ?? null, models: Object.freeze(list(e.HANGAR_OPENAI_MODELS)) })
-        : null,
+      openai:
+        e.HANGAR_OPENAI_BASE_URL || e.HANGAR_OPENAI_API_KEY
+          ? Object.freeze({
+              baseUrl: e.HANGAR_OPENAI_BASE_URL ?? 'https://api.openai.com/v1',
+              apiKey: e.HANGAR_OPENAI_API_KEY ?? null,
+              models: Object.freeze(list(e.HANGAR_OPENAI_MODELS)),
+            })
+          : null,
       anthropic: e.HANGAR_ANTHROPIC_API_KEY
-        ? Object.freeze({ baseUrl: e.HANGAR_ANTHROPIC_BASE_URL ?? null, apiKey: e.HANGAR_ANTHROPIC_API_KEY, models: Object.freeze(list(e.HANGAR_ANTHROPIC_MODELS)) })
+        ? Object.freeze({
+            baseUrl: e.HANGAR_ANTHROPIC_BASE_URL ?? null,
+            apiKey: e.HANGAR_ANTHROPIC_API_KEY,
+            models: Object.freeze(list(e.HANGAR_ANTHROPIC_MODELS)),
+          })
         : null,
       file: e.HANGAR_MODELS_FILE ? path.resolve(e.HANGAR_MODELS_FILE) : null,
       timeoutMs: e.HANGAR_MODEL_TIMEOUT_MS,
     }),
     sandboxes: Object.freeze({
       dir: path.resolve(e.HANGAR_SANDBOX_DIR),
-      nodeId: e.HANGAR_NODE_ID ?? (hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64) || 'node'),
+      nodeId:
+        e.HANGAR_NODE_ID ??
+        (hostname()
+          .replace(/[^A-Za-z0-9._-]/g, '-')
+          .slice(0, 64) ||
+          'node'),
       maxRunningPerOrg: e.HANGAR_SANDBOX_MAX_RUNNING,
       defaultCpu: e.HANGAR_SANDBOX_DEFAULT_CPU,
       maxCpu: e.HANGAR_SANDBOX_MAX_CPU,

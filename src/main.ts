@@ -6,7 +6,7 @@ import { bootstrapOrganization, firstMembership } from './domains/organizations/
 import { allThreadIds, rebuildThread } from './domains/threads/index.js';
 import { systemCtx, type Deps } from './platform/context.js';
 import { AppError } from './platform/http/errors.js';
-import { ROLE_SCOPES, } from './platform/scopes.js';
+import { ROLE_SCOPES } from './platform/scopes.js';
 
 const USAGE = `Usage: hangar <command> [options]
 
@@ -97,7 +97,10 @@ async function keysCreate(config: Config, opts: { scopes?: string; name?: string
     const ctx = systemCtx(deps, { userId: m.userId, orgId: m.orgId, role, scopes: ROLE_SCOPES[role], apiKeyId: null });
     const key = await createApiKey(ctx, {
       name: opts.name ?? 'created by hangar keys create',
-      scopes: opts.scopes!.split(',').map((s) => s.trim()).filter(Boolean),
+      scopes: opts
+        .scopes!.split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
       environment: (opts.env as 'live' | 'test') ?? 'live',
     });
     if (opts.json) console.log(JSON.stringify({ id: key.id, orgId: m.orgId, userId: m.userId, apiKey: key.key, scopes: key.scopes }));
@@ -118,9 +121,7 @@ async function token(config: Config, opts: { user?: string; ttl?: string }) {
 /** Rebuilds the SQL projection of one thread's (or every thread's) events from its JSONL, the source of truth. */
 async function threadsRebuild(config: Config, opts: { thread?: string; json: boolean }) {
   await withDeps(config, async (deps) => {
-    const ids = opts.thread
-      ? [opts.thread]
-      : await allThreadIds(deps);
+    const ids = opts.thread ? [opts.thread] : await allThreadIds(deps);
     const results = [];
     for (const id of ids) results.push({ threadId: id, ...(await rebuildThread(deps, id)) });
     if (opts.json) console.log(JSON.stringify(results));
@@ -165,7 +166,8 @@ async function main(argv: string[]) {
       console.log('database is up to date');
       return;
     case 'keys':
-      if (sub !== 'create') throw new CliError('usage: hangar keys create --scopes S1,S2 [--name N] [--org ID] [--user ID] [--env live|test] [--json]');
+      if (sub !== 'create')
+        throw new CliError('usage: hangar keys create --scopes S1,S2 [--name N] [--org ID] [--user ID] [--env live|test] [--json]');
       return keysCreate(config, { ...values, json: values.json! });
     case 'token':
       return token(config, values);

@@ -95,7 +95,10 @@ describe('hangar CLI', () => {
       server.kill('SIGTERM');
     }
 
-    const billingOnly = spawn(process.execPath, [BIN, 'serve', '--service', 'billing'], { env: { ...env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const billingOnly = spawn(process.execPath, [BIN, 'serve', '--service', 'billing'], {
+      env: { ...env, PORT: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     try {
       const base = await listeningUrl(billingOnly);
       const credits = await fetch(`${base}/v1/billing/credits`, { headers: { 'x-api-key': init.apiKey } });

@@ -118,7 +118,16 @@ export async function createOrgAdmin(h: Harness, orgName = `Org ${++counter}`): 
   });
   const token = await issueSessionToken(h.deps.config, user.id);
   const projectId = org.defaultProjectId;
-  return { userId: user.id, orgId: org.id, role: 'admin', key: key.key, token, projectId, personalWorkspaceId: org.personalWorkspaceId!, headers: { 'x-api-key': key.key } };
+  return {
+    userId: user.id,
+    orgId: org.id,
+    role: 'admin',
+    key: key.key,
+    token,
+    projectId,
+    personalWorkspaceId: org.personalWorkspaceId!,
+    headers: { 'x-api-key': key.key },
+  };
 }
 
 /** A new user added to `org` with the given role. */

@@ -92,11 +92,9 @@ export async function readSse(res: Response, stop?: (ev: SseEvent) => boolean): 
  * Asserts an error answer: the status, a JSON body `{ error }` with this code and a request id. Returns the
  * error for further checks.
  */
-export function expectError<E = { code: string; message: string; requestId: string; issues?: { path: string; message: string }[]; state?: string; activeRunId?: string }>(
-  res: { statusCode: number; body: string; headers?: Record<string, unknown> },
-  status: number,
-  code: string,
-): E {
+export function expectError<
+  E = { code: string; message: string; requestId: string; issues?: { path: string; message: string }[]; state?: string; activeRunId?: string },
+>(res: { statusCode: number; body: string; headers?: Record<string, unknown> }, status: number, code: string): E {
   expect(res.statusCode, res.body).toBe(status);
   if (res.headers) expect(String(res.headers['content-type'])).toContain('application/json');
   let body: any;

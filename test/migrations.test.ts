@@ -65,13 +65,20 @@ describe('a database migrated before tool_executions was added to 20261122T0600_
     expect(table?.columns.map((c) => c.name).sort()).toEqual(['created_at', 'duration_ms', 'id', 'org_id', 'run_id', 'status', 'tool', 'user_id']);
     const indexes =
       h.deps.db.dialect === 'postgres'
-        ? await sql<{ name: string }>`select indexname as name from pg_indexes where schemaname = current_schema() and tablename = 'tool_executions'`.execute(h.deps.db.kysely)
+        ? await sql<{
+            name: string;
+          }>`select indexname as name from pg_indexes where schemaname = current_schema() and tablename = 'tool_executions'`.execute(h.deps.db.kysely)
         : await sql<{ name: string }>`select name from sqlite_master where type = 'index' and tbl_name = 'tool_executions'`.execute(h.deps.db.kysely);
     expect(indexes.rows.map((r) => r.name)).toContain('tool_executions_org_time');
   });
 
   it('a run whose model calls a tool completes and counts the tool execution', async () => {
-    const agent = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: admin.headers, payload: { slug: 'plain', model: 'm1', instructions: 'Be terse.' } });
+    const agent = await h.app.inject({
+      method: 'POST',
+      url: '/v1/agents',
+      headers: admin.headers,
+      payload: { slug: 'plain', model: 'm1', instructions: 'Be terse.' },
+    });
     expect(agent.statusCode, agent.body).toBe(201);
     fake.script({ toolCalls: [{ id: 'call_1', name: 'exec_command', arguments: JSON.stringify({ cmd: 'true' }) }] }, { text: 'done' });
     const res = await h.app.inject({ method: 'POST', url: '/v1/run', headers: admin.headers, payload: { agent: 'plain', prompt: 'Run true' } });

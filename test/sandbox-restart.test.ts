@@ -67,7 +67,10 @@ describe('sandboxes across a Hangar restart', () => {
   async function api(method: string, url: string, body?: unknown, raw?: string) {
     const res = await fetch(`${server!.base}${url}`, {
       method,
-      headers: { 'x-api-key': apiKey, ...(body !== undefined ? { 'content-type': 'application/json' } : raw !== undefined ? { 'content-type': 'application/octet-stream' } : {}) },
+      headers: {
+        'x-api-key': apiKey,
+        ...(body !== undefined ? { 'content-type': 'application/json' } : raw !== undefined ? { 'content-type': 'application/octet-stream' } : {}),
+      },
       body: body !== undefined ? JSON.stringify(body) : raw,
     });
     const text = await res.text();
@@ -157,7 +160,10 @@ describe('sandboxes across a Hangar restart', () => {
     const ps = await run(id, 'ps -eo args');
     expect(ps.stdout).not.toContain('sleep 1000');
     expect((await run(id, 'id -un')).stdout).toBe('user\n');
-    expect((await api('GET', `/v1/sandboxes/${id}/activity`)).body.data.events[0]).toMatchObject({ eventType: 'sandbox.resumed', metadata: { from: 'stopped' } });
+    expect((await api('GET', `/v1/sandboxes/${id}/activity`)).body.data.events[0]).toMatchObject({
+      eventType: 'sandbox.resumed',
+      metadata: { from: 'stopped' },
+    });
 
     expect((await api('DELETE', `/v1/sandboxes/${id}`)).status).toBe(204);
     expect(runcIds(installId)).not.toContain(id);

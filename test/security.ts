@@ -49,7 +49,10 @@ export function securitySuite(name: string, cases: RouteCase[]) {
     }
 
     for (const c of cases) {
-      const label = `${c.method} ${c.url.toString().replace(/^.*?=>\s*/, '').slice(0, 80)}`;
+      const label = `${c.method} ${c.url
+        .toString()
+        .replace(/^.*?=>\s*/, '')
+        .slice(0, 80)}`;
 
       it(`${label}: no credential is 401`, async () => {
         const res = await call(c, owner, {});
@@ -69,7 +72,11 @@ export function securitySuite(name: string, cases: RouteCase[]) {
       if (c.scope) {
         const scope = c.scope;
         it(`${label}: a key without ${scope} is 403`, async () => {
-          const key = await keyFor(h, owner, ALL_SCOPES.filter((s) => s !== scope));
+          const key = await keyFor(
+            h,
+            owner,
+            ALL_SCOPES.filter((s) => s !== scope),
+          );
           const res = await call(c, owner, { 'x-api-key': key });
           expect(res.status).toBe(403);
           expect(res.body.error.code).toBe('forbidden');

@@ -61,11 +61,7 @@ export interface StartOptions {
   timeoutMs?: number;
 }
 
-export async function startServer<Info = unknown>(
-  name: string,
-  script: string,
-  opts: StartOptions = {},
-): Promise<ServerChild<Info>> {
+export async function startServer<Info = unknown>(name: string, script: string, opts: StartOptions = {}): Promise<ServerChild<Info>> {
   hookExit();
   const child = spawn(process.execPath, [...CHILD_NODE_FLAGS, ...(opts.extraNodeFlags ?? []), path.join(SERVERS_DIR, script)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -169,10 +165,7 @@ export async function startProfiler(intervalUs: number): Promise<(file: string) 
   };
 }
 
-export function serveChild(
-  setup: (options: any) => Promise<{ port: number; info?: Record<string, unknown> }>,
-  teardown: () => Promise<void>,
-) {
+export function serveChild(setup: (options: any) => Promise<{ port: number; info?: Record<string, unknown> }>, teardown: () => Promise<void>) {
   let stopping = false;
   let stopProfiler: ((file: string) => Promise<void>) | undefined;
   const stop = async () => {

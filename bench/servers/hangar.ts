@@ -82,7 +82,10 @@ async function seedActivity(deps: Deps, org: string, userId: string, apiKeyId: s
   const CHUNK = 500; // 21 columns × 500 rows stays well under SQLite's bound-parameter limit
   await deps.db.kysely.transaction().execute(async (trx) => {
     for (let i = 0; i < rows.length; i += CHUNK) {
-      await trx.insertInto('activity_events').values(rows.slice(i, i + CHUNK)).execute();
+      await trx
+        .insertInto('activity_events')
+        .values(rows.slice(i, i + CHUNK))
+        .execute();
     }
   });
 }

@@ -32,10 +32,11 @@ describe('KeyedQueue', () => {
   it('drain settles once every task given so far has settled', async () => {
     const q = new KeyedQueue();
     let done = 0;
-    for (const key of ['x', 'x', 'y']) void q.run(key, async () => {
-      await sleep(10);
-      done++;
-    });
+    for (const key of ['x', 'x', 'y'])
+      void q.run(key, async () => {
+        await sleep(10);
+        done++;
+      });
     await q.drain();
     expect(done).toBe(3);
     expect(q.size).toBe(0);

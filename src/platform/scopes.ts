@@ -55,8 +55,7 @@ export function expandScopes(patterns: readonly string[]): Set<Scope> {
   for (const p of patterns) {
     if (p === '*') {
       for (const s of ALL_SCOPES) out.add(s);
-    }
-    else if (p.endsWith(':*')) {
+    } else if (p.endsWith(':*')) {
       const prefix = p.slice(0, -1);
       for (const s of ALL_SCOPES) if (s.startsWith(prefix)) out.add(s);
     } else if ((ALL_SCOPES as string[]).includes(p)) out.add(p as Scope);

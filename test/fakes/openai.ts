@@ -107,7 +107,9 @@ export class FakeOpenAI {
                 role: 'assistant',
                 content: text.join('') || null,
                 ...(r.reasoning ? { reasoning_content: r.reasoning.join('') } : {}),
-                ...(r.toolCalls?.length ? { tool_calls: r.toolCalls.map((t) => ({ id: t.id, type: 'function', function: { name: t.name, arguments: t.arguments } })) } : {}),
+                ...(r.toolCalls?.length
+                  ? { tool_calls: r.toolCalls.map((t) => ({ id: t.id, type: 'function', function: { name: t.name, arguments: t.arguments } })) }
+                  : {}),
               },
               finish_reason: finish,
             },
@@ -123,7 +125,9 @@ export class FakeOpenAI {
       { role: 'assistant', content: '' },
       ...(r.reasoning ?? []).map((t) => ({ reasoning_content: t })),
       ...text.map((t) => ({ content: t })),
-      ...(r.toolCalls ?? []).map((t, index) => ({ tool_calls: [{ index, id: t.id, type: 'function', function: { name: t.name, arguments: t.arguments } }] })),
+      ...(r.toolCalls ?? []).map((t, index) => ({
+        tool_calls: [{ index, id: t.id, type: 'function', function: { name: t.name, arguments: t.arguments } }],
+      })),
     ];
     let sent = 0;
     for (const delta of deltas) {

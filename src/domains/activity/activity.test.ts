@@ -56,8 +56,20 @@ describe('activity', () => {
       ids.thread_id = await record(admin, { eventType: 'agent.run.started', threadId: 'thr_filter1', status: 'started' });
       ids.agent_run_id = await record(admin, { eventType: 'agent.run.completed', agentRunId: 'run_filter1' });
       ids.sandbox_id = await record(admin, { eventType: 'sandbox.created', resourceType: 'sandbox', resourceId: 'sbx_1', sandboxId: 'sbx_1' });
-      ids.workspace_id = await record(admin, { eventType: 'workspace.file.added', resourceType: 'workspace', resourceId: 'ws_x', workspaceId: 'ws_x', status: 'added' });
-      ids.tool_slug = await record(admin, { eventType: 'tool.call.failed', resourceType: 'tool', resourceId: 'web_search', toolSlug: 'web_search', status: 'failed' });
+      ids.workspace_id = await record(admin, {
+        eventType: 'workspace.file.added',
+        resourceType: 'workspace',
+        resourceId: 'ws_x',
+        workspaceId: 'ws_x',
+        status: 'added',
+      });
+      ids.tool_slug = await record(admin, {
+        eventType: 'tool.call.failed',
+        resourceType: 'tool',
+        resourceId: 'web_search',
+        toolSlug: 'web_search',
+        status: 'failed',
+      });
       ids.installable_agent_install_id = await record(admin, {
         eventType: 'installable_agent.installed',
         resourceType: 'installable_agent_install',
@@ -133,7 +145,10 @@ describe('activity', () => {
     it('resource_id without resource_type is 400', async () => {
       const res = await get(admin, '?resource_id=sbx_1');
       expect(res.statusCode).toBe(400);
-      expect(json(res).error).toMatchObject({ code: 'invalid_request', issues: [{ path: 'resource_id', message: expect.stringContaining('resource_type') }] });
+      expect(json(res).error).toMatchObject({
+        code: 'invalid_request',
+        issues: [{ path: 'resource_id', message: expect.stringContaining('resource_type') }],
+      });
     });
 
     it('rejects values outside the spec with 400', async () => {

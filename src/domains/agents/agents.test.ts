@@ -41,10 +41,20 @@ describe('agents', () => {
   });
 
   it('an in_sandbox agent takes sandbox tools and a template; a slug is unique per organization', async () => {
-    const body = { slug: 'coder', executionMode: 'in_sandbox', tools: ['exec_command', 'apply_patch', 'write_stdin', 'view_image'], sandboxTemplate: 'base-ubuntu', config: { maxTurns: 8, maxTokens: 2000, temperature: 0.2 } };
+    const body = {
+      slug: 'coder',
+      executionMode: 'in_sandbox',
+      tools: ['exec_command', 'apply_patch', 'write_stdin', 'view_image'],
+      sandboxTemplate: 'base-ubuntu',
+      config: { maxTurns: 8, maxTokens: 2000, temperature: 0.2 },
+    };
     const res = await call(admin, 'POST', '/v1/agents', body);
     expect(res.statusCode, res.body).toBe(201);
-    expect(json(res).data).toMatchObject({ executionMode: 'in_sandbox', sandboxTemplate: 'base-ubuntu', config: { maxTurns: 8, maxTokens: 2000, temperature: 0.2 } });
+    expect(json(res).data).toMatchObject({
+      executionMode: 'in_sandbox',
+      sandboxTemplate: 'base-ubuntu',
+      config: { maxTurns: 8, maxTokens: 2000, temperature: 0.2 },
+    });
     const again = await call(admin, 'POST', '/v1/agents', body);
     expect(again.statusCode).toBe(409);
     expect(json(again).error.code).toBe('conflict');
@@ -82,9 +92,21 @@ describe('agents', () => {
     const refused = await call(admin, 'PATCH', '/v1/agents/shifty', { executionMode: 'managed' });
     expect(refused.statusCode).toBe(400);
     expect(json(refused).error.message).toContain('exec_command');
-    const res = await call(admin, 'PATCH', '/v1/agents/shifty', { executionMode: 'managed', tools: ['web_search'], name: 'Shifty', model: 'model-b', description: null });
+    const res = await call(admin, 'PATCH', '/v1/agents/shifty', {
+      executionMode: 'managed',
+      tools: ['web_search'],
+      name: 'Shifty',
+      model: 'model-b',
+      description: null,
+    });
     expect(res.statusCode, res.body).toBe(200);
-    expect(json(res).data).toMatchObject({ name: 'Shifty', executionMode: 'managed', tools: ['web_search'], model: 'model-b', sandboxTemplate: null });
+    expect(json(res).data).toMatchObject({
+      name: 'Shifty',
+      executionMode: 'managed',
+      tools: ['web_search'],
+      model: 'model-b',
+      sandboxTemplate: null,
+    });
     expect(json(await call(admin, 'GET', '/v1/agents/shifty')).data.name).toBe('Shifty');
     expect((await call(admin, 'PATCH', '/v1/agents/nope', { name: 'x' })).statusCode).toBe(404);
   });

@@ -37,7 +37,12 @@ export async function agentRoutes(app: App, _deps: Deps) {
     '/v1/agents',
     {
       config: { scope: 'agent:read' },
-      schema: { tags, summary: 'List agents', description: 'The organization’s agents, by slug.', response: { 200: envelope(z.array(Agent)), ...errorResponses } },
+      schema: {
+        tags,
+        summary: 'List agents',
+        description: 'The organization’s agents, by slug.',
+        response: { 200: envelope(z.array(Agent)), ...errorResponses },
+      },
     },
     async (req) => ok(req, await listAgents(req.ctx)),
   );

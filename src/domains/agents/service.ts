@@ -47,7 +47,8 @@ async function validate(ctx: Ctx, a: Agent): Promise<void> {
   }
   if (a.executionMode === 'managed') {
     const needSandbox = a.tools.filter((t) => SANDBOX_TOOLS.includes(t));
-    if (needSandbox.length) throw errors.invalidField('tools', `${needSandbox.join(', ')} run in a sandbox; a managed agent has none (use executionMode in_sandbox)`);
+    if (needSandbox.length)
+      throw errors.invalidField('tools', `${needSandbox.join(', ')} run in a sandbox; a managed agent has none (use executionMode in_sandbox)`);
   }
   if (a.model && !modelGateway(ctx.deps).catalogue.some((m) => m.id === a.model)) {
     throw errors.invalidField('model', `unknown model "${a.model}"; GET /v1/models/available lists the models`);
@@ -61,7 +62,14 @@ async function validate(ctx: Ctx, a: Agent): Promise<void> {
 }
 
 function agentActivity(ctx: Ctx, row: Row, eventType: string, title: string, metadata: Record<string, unknown> = {}) {
-  return recordActivity(ctx, { resourceType: 'agent', resourceId: row.id, eventType, status: 'completed', title, metadata: { slug: row.slug, ...metadata } });
+  return recordActivity(ctx, {
+    resourceType: 'agent',
+    resourceId: row.id,
+    eventType,
+    status: 'completed',
+    title,
+    metadata: { slug: row.slug, ...metadata },
+  });
 }
 
 export async function createAgent(ctx: Ctx, body: CreateAgentBody): Promise<Agent> {

@@ -56,7 +56,14 @@ describe('execute: bad input', () => {
   it('empty, duplicate and reserved file names', async () => {
     expect(await refused({ language: 'bash', files: [{ name: '', content: 'x' }] }, 'body.files.0.name')).toContain('must not be empty');
     const dup = await refused(
-      { language: 'bash', files: [{ name: 'main.sh', content: 'x' }, { name: 'lib.sh', content: 'y' }, { name: 'lib.sh', content: 'z' }] },
+      {
+        language: 'bash',
+        files: [
+          { name: 'main.sh', content: 'x' },
+          { name: 'lib.sh', content: 'y' },
+          { name: 'lib.sh', content: 'z' },
+        ],
+      },
       'body.files.2.name',
     );
     expect(dup).toContain('files.1');
@@ -118,7 +125,12 @@ describe('execute: bad input', () => {
       payload: '{"language":',
     });
     expect(res.statusCode).toBe(400);
-    const text = await h.app.inject({ method: 'POST', url: '/v1/execute', headers: { ...admin.headers, 'content-type': 'text/plain' }, payload: 'print(1)' });
+    const text = await h.app.inject({
+      method: 'POST',
+      url: '/v1/execute',
+      headers: { ...admin.headers, 'content-type': 'text/plain' },
+      payload: 'print(1)',
+    });
     expect(text.statusCode).toBe(415);
   });
 });

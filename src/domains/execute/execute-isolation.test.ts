@@ -137,7 +137,9 @@ describeNeeding(isolationNeed(isolation), 'execute: isolation and limits', () =>
   });
 
   it('a file left by one run is absent in the next', async () => {
-    const first = await py('open("left.txt", "w").write("x")\nopen("/tmp/left.txt", "w").write("x") if __import__("os").access("/tmp", 2) else None\nprint(sorted(__import__("os").listdir(".")))');
+    const first = await py(
+      'open("left.txt", "w").write("x")\nopen("/tmp/left.txt", "w").write("x") if __import__("os").access("/tmp", 2) else None\nprint(sorted(__import__("os").listdir(".")))',
+    );
     expect(first.run.stdout).toContain("'left.txt'");
     const second = await py('import os\nprint(os.path.exists("left.txt"), os.path.exists("/tmp/left.txt"), sorted(os.listdir(".")))');
     expect(second.run.stdout).toBe("False False ['main.py']\n");
@@ -159,12 +161,9 @@ describeNeeding(isolationNeed(isolation), 'execute: isolation and limits', () =>
 
   it('8 parallel executions are isolated from each other', async () => {
     const program = (n: number) =>
-      [
-        'import os, time',
-        `open("mine.txt", "w").write("${n}")`,
-        'time.sleep(0.3)',
-        'print(open("mine.txt").read(), sorted(os.listdir(".")))',
-      ].join('\n');
+      ['import os, time', `open("mine.txt", "w").write("${n}")`, 'time.sleep(0.3)', 'print(open("mine.txt").read(), sorted(os.listdir(".")))'].join(
+        '\n',
+      );
     const results = await Promise.all(Array.from({ length: 8 }, (_, n) => py(program(n))));
     for (const [n, r] of results.entries()) expect(r.run).toMatchObject({ stdout: `${n} ['main.py', 'mine.txt']\n`, code: 0 });
     expect(new Set(results.map((r) => r.id)).size).toBe(8);
@@ -218,7 +217,12 @@ describeNeeding(isolationNeed(isolation), 'execute: isolation and limits', () =>
     expect(events).toHaveLength(2);
     // A key limited to execute:run may run code but not read activity.
     const key = await keyFor(h, member, ['execute:run']);
-    const res = await h.app.inject({ method: 'POST', url: '/v1/execute', headers: { 'x-api-key': key }, payload: { language: 'bash', code: 'echo k' } });
+    const res = await h.app.inject({
+      method: 'POST',
+      url: '/v1/execute',
+      headers: { 'x-api-key': key },
+      payload: { language: 'bash', code: 'echo k' },
+    });
     expect(res.statusCode).toBe(200);
   });
 });
@@ -238,7 +242,8 @@ describeNeeding(isolationNeed(isolation), 'execute: load', () => {
     const first = slow();
     const second = slow();
     await until('both admitted', async () => {
-      const events = json(await h.app.inject({ method: 'GET', url: '/v1/activity?event_type=code_execution.started', headers: admin.headers })).data.events;
+      const events = json(await h.app.inject({ method: 'GET', url: '/v1/activity?event_type=code_execution.started', headers: admin.headers })).data
+        .events;
       return events.length >= 2;
     });
     const t0 = Date.now();
@@ -280,7 +285,8 @@ describeNeeding(isolationNeed(isolation), 'execute: a client that disconnects', 
     const t0 = Date.now();
     socket.destroy();
     const failed = await until('the failed event', async () => {
-      const events = json(await h.app.inject({ method: 'GET', url: '/v1/activity?event_type=code_execution.failed', headers: admin.headers })).data.events;
+      const events = json(await h.app.inject({ method: 'GET', url: '/v1/activity?event_type=code_execution.failed', headers: admin.headers })).data
+        .events;
       return events.find((e: { metadata?: { outcome?: string } }) => e.metadata?.outcome === 'cancelled');
     });
     expect(Date.now() - t0).toBeLessThan(3000);

@@ -36,7 +36,11 @@ const PROGRAMS: Record<string, Programs> = {
     hello: 'const greeting: string = "Hello, World!";\nconsole.log(greeting);',
     echo: 'import { readFileSync } from "fs";\nconst input: string = readFileSync(0, "utf8");\nprocess.stdout.write(input);',
     compileError: { code: 'const x: number = ;', stderr: /main\.ts:1:19: error: Unexpected ";"/ },
-    runtimeError: { code: 'interface E { m: string }\nconsole.log("before");\nconst e: E = { m: "boom" };\nthrow new Error(e.m);', exit: 1, stderr: /Error: boom/ },
+    runtimeError: {
+      code: 'interface E { m: string }\nconsole.log("before");\nconst e: E = { m: "boom" };\nthrow new Error(e.m);',
+      exit: 1,
+      stderr: /Error: boom/,
+    },
   },
   bash: {
     hello: 'echo "Hello, World!"',
@@ -48,7 +52,11 @@ const PROGRAMS: Record<string, Programs> = {
     hello: '#include <stdio.h>\nint main(void) { printf("Hello, World!\\n"); return 0; }',
     echo: '#include <stdio.h>\nint main(void) { int c; while ((c = getchar()) != EOF) putchar(c); return 0; }',
     compileError: { code: 'int main(void) { return undefined_name; }', stderr: /undefined_name/ },
-    runtimeError: { code: '#include <stdio.h>\n#include <stdlib.h>\nint main(void) { puts("before"); fprintf(stderr, "boom\\n"); exit(3); }', exit: 3, stderr: /boom/ },
+    runtimeError: {
+      code: '#include <stdio.h>\n#include <stdlib.h>\nint main(void) { puts("before"); fprintf(stderr, "boom\\n"); exit(3); }',
+      exit: 3,
+      stderr: /boom/,
+    },
   },
   'c++': {
     hello: '#include <iostream>\nint main() { std::cout << "Hello, World!" << std::endl; }',
@@ -101,7 +109,16 @@ const PROGRAMS: Record<string, Programs> = {
   },
 };
 
-const ALIASES: Record<string, string> = { python: 'py', javascript: 'js', typescript: 'ts', bash: 'sh', 'c++': 'cpp', go: 'golang', rust: 'rs', csharp: 'cs' };
+const ALIASES: Record<string, string> = {
+  python: 'py',
+  javascript: 'js',
+  typescript: 'ts',
+  bash: 'sh',
+  'c++': 'cpp',
+  go: 'golang',
+  rust: 'rs',
+  csharp: 'cs',
+};
 
 const installed = await detectInstalled();
 const isolation = await createIsolation();
@@ -199,35 +216,53 @@ describeNeeding(isolationNeed(isolation), 'execute: every language', () => {
     expect(body.run).toMatchObject({ stdout: '5\n', code: 0 });
   });
 
-  itNeeding(toolchainNeed('java', installed.get(findLanguage('java')!)), 'java: the entry is named after its public class, and the version range picks the JDK', async () => {
-    const body = await run({
-      language: 'java',
-      files: [
-        { name: 'whatever.java', content: 'public class Greeter { public static void main(String[] a) { System.out.println(Helper.name() + " " + Runtime.version().feature()); } }' },
-        { name: 'Helper.java', content: 'class Helper { static String name() { return "helper"; } }' },
-      ],
-    });
-    const java = installed.get(findLanguage('java')!)!;
-    expect(body.run).toMatchObject({ stdout: `helper ${java[0]!.version.split('.')[0]}\n`, code: 0 });
-    for (const tc of java) {
-      const major = tc.version.split('.')[0]!;
-      const pinned = await run({ language: 'java', version: major, code: PROGRAMS.java!.hello });
-      expect(pinned.version).toBe(tc.version);
-    }
-  });
+  itNeeding(
+    toolchainNeed('java', installed.get(findLanguage('java')!)),
+    'java: the entry is named after its public class, and the version range picks the JDK',
+    async () => {
+      const body = await run({
+        language: 'java',
+        files: [
+          {
+            name: 'whatever.java',
+            content:
+              'public class Greeter { public static void main(String[] a) { System.out.println(Helper.name() + " " + Runtime.version().feature()); } }',
+          },
+          { name: 'Helper.java', content: 'class Helper { static String name() { return "helper"; } }' },
+        ],
+      });
+      const java = installed.get(findLanguage('java')!)!;
+      expect(body.run).toMatchObject({ stdout: `helper ${java[0]!.version.split('.')[0]}\n`, code: 0 });
+      for (const tc of java) {
+        const major = tc.version.split('.')[0]!;
+        const pinned = await run({ language: 'java', version: major, code: PROGRAMS.java!.hello });
+        expect(pinned.version).toBe(tc.version);
+      }
+    },
+  );
 
-  itNeeding(toolchainNeed('typescript', installed.get(findLanguage('typescript')!)), 'typescript: modules beside the entry, and top-level await', async () => {
-    const lib = { name: 'lib.ts', content: 'export const twice = (n: number): number => n * 2;' };
-    const plain = await run({ language: 'ts', files: [{ name: 'main.ts', content: 'import { twice } from "./lib";\nconsole.log(twice(21));' }, lib] });
-    expect(plain.run).toMatchObject({ stdout: '42\n', code: 0 });
-    // Top-level await makes the entry an ES module, which names its imports' files, as Node's ESM wants.
-    const tla = await run({
-      language: 'ts',
-      files: [{ name: 'main.ts', content: 'import { twice } from "./lib.js";\nconst n: number = await Promise.resolve(21);\nconsole.log(twice(n));' }, lib],
-    });
-    // The compile step runs in the sandbox (esbuild's binary), so it reports its own memory.
-    expect(tla.compile).toMatchObject({ code: 0, status: 'exited' });
-    expect(tla.compile.memory_kb).toBeGreaterThan(0);
-    expect(tla.run).toMatchObject({ stdout: '42\n', code: 0 });
-  });
+  itNeeding(
+    toolchainNeed('typescript', installed.get(findLanguage('typescript')!)),
+    'typescript: modules beside the entry, and top-level await',
+    async () => {
+      const lib = { name: 'lib.ts', content: 'export const twice = (n: number): number => n * 2;' };
+      const plain = await run({
+        language: 'ts',
+        files: [{ name: 'main.ts', content: 'import { twice } from "./lib";\nconsole.log(twice(21));' }, lib],
+      });
+      expect(plain.run).toMatchObject({ stdout: '42\n', code: 0 });
+      // Top-level await makes the entry an ES module, which names its imports' files, as Node's ESM wants.
+      const tla = await run({
+        language: 'ts',
+        files: [
+          { name: 'main.ts', content: 'import { twice } from "./lib.js";\nconst n: number = await Promise.resolve(21);\nconsole.log(twice(n));' },
+          lib,
+        ],
+      });
+      // The compile step runs in the sandbox (esbuild's binary), so it reports its own memory.
+      expect(tla.compile).toMatchObject({ code: 0, status: 'exited' });
+      expect(tla.compile.memory_kb).toBeGreaterThan(0);
+      expect(tla.run).toMatchObject({ stdout: '42\n', code: 0 });
+    },
+  );
 });

@@ -35,22 +35,27 @@ describeNeeding(isolationNeed(isolation), 'execute: one organization cannot hurt
     return json(res);
   };
 
-  itNeeding(toolchainNeed('typescript', installed.get(findLanguage('typescript')!)), 'deeply nested TypeScript fails its own compile step; TypeScript keeps working for everyone', async () => {
-    const ok = 'const n: number = 21;\nconsole.log(n * 2);';
-    // Control: TypeScript works before the attack.
-    expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });
+  itNeeding(
+    toolchainNeed('typescript', installed.get(findLanguage('typescript')!)),
+    'deeply nested TypeScript fails its own compile step; TypeScript keeps working for everyone',
+    async () => {
+      const ok = 'const n: number = 21;\nconsole.log(n * 2);';
+      // Control: TypeScript works before the attack.
+      expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });
 
-    const attack = await execute(a, { language: 'ts', code: `let x = ${'('.repeat(400_000)}1${')'.repeat(400_000)}` });
-    expect(attack.compile.status === 'exited' && attack.compile.code === 0).toBe(false);
-    expect(`${attack.compile.stderr}${attack.compile.message ?? ''}`).toMatch(/stack overflow|memory limit|Maximum call stack|error/i);
-    expect(attack.run).toMatchObject({ status: 'skipped', code: null });
+      const attack = await execute(a, { language: 'ts', code: `let x = ${'('.repeat(400_000)}1${')'.repeat(400_000)}` });
+      expect(attack.compile.status === 'exited' && attack.compile.code === 0).toBe(false);
+      expect(`${attack.compile.stderr}${attack.compile.message ?? ''}`).toMatch(/stack overflow|memory limit|Maximum call stack|error/i);
+      expect(attack.run).toMatchObject({ status: 'skipped', code: null });
 
-    // The same organization and another one still compile and run TypeScript.
-    expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });
-    const other = await execute(b, { language: 'typescript', code: ok });
-    expect(other.compile).toMatchObject({ status: 'exited', code: 0 });
-    expect(other.run).toMatchObject({ stdout: '42\n', code: 0 });
-  }, 60_000);
+      // The same organization and another one still compile and run TypeScript.
+      expect((await execute(a, { language: 'ts', code: ok })).run).toMatchObject({ stdout: '42\n', code: 0 });
+      const other = await execute(b, { language: 'typescript', code: ok });
+      expect(other.compile).toMatchObject({ status: 'exited', code: 0 });
+      expect(other.run).toMatchObject({ stdout: '42\n', code: 0 });
+    },
+    60_000,
+  );
 
   it('a burst of one organization queues behind its own work; another organization’s request runs at once', async () => {
     const started = Date.now();
@@ -91,7 +96,10 @@ describeNeeding(isolationNeed(isolation), 'execute: one organization cannot hurt
     expect(lines.slice(1)).toEqual(['/usr/local/bin None', '/usr/local/lib None', '/usr/local/etc None']);
     expect(host.length).toBeGreaterThan(0);
     // Writing there fails too (read-only).
-    const write = await execute(a, { language: 'python', code: 'try:\n    open("/usr/local/x", "w")\n    print("wrote")\nexcept OSError as e:\n    print("refused")' });
+    const write = await execute(a, {
+      language: 'python',
+      code: 'try:\n    open("/usr/local/x", "w")\n    print("wrote")\nexcept OSError as e:\n    print("refused")',
+    });
     expect(write.run.stdout).toBe('refused\n');
   });
 

@@ -239,7 +239,12 @@ export function esbuildBinary(): string | null {
         continue;
       }
       // The native executable, not the JS shim some installs leave at esbuild/bin.
-      if (readFileSync(binary).subarray(0, 4).equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return binary;
+      if (
+        readFileSync(binary)
+          .subarray(0, 4)
+          .equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))
+      )
+        return binary;
     }
     return null;
   } catch {
@@ -368,7 +373,8 @@ const typescript: Language = {
       },
       compileStderr: formatEsbuildLog,
       run: nodeRun(tc, entry, args, runMemoryBytes),
-      runIfProduced: ext(entry) === '.mjs' || files.some((f) => f.name === esm) ? undefined : { file: esm, run: nodeRun(tc, esm, args, runMemoryBytes) },
+      runIfProduced:
+        ext(entry) === '.mjs' || files.some((f) => f.name === esm) ? undefined : { file: esm, run: nodeRun(tc, esm, args, runMemoryBytes) },
     };
   },
 };
@@ -568,7 +574,10 @@ const java: Language = {
     if (publicType && entry.name !== `${publicType}.java`) {
       const name = `${publicType}.java`;
       if (files.some((f, i) => i > 0 && f.name === name)) {
-        throw new PlanError('body.files.0.name', `the entry file declares public ${publicType}, so it must be ${name}, which another file already uses`);
+        throw new PlanError(
+          'body.files.0.name',
+          `the entry file declares public ${publicType}, so it must be ${name}, which another file already uses`,
+        );
       }
       out = [{ ...entry, name }, ...files.slice(1)];
     }
@@ -589,7 +598,15 @@ const java: Language = {
         env: COMPILE_ENV,
       },
       run: {
-        argv: [tc.tools.java!, ...JVM_FLAGS, `-Xmx${heapMib(runMemoryBytes)}m`, '-cp', JAVA_CLASSES, pkg ? `${pkg}.${mainClass}` : mainClass, ...args],
+        argv: [
+          tc.tools.java!,
+          ...JVM_FLAGS,
+          `-Xmx${heapMib(runMemoryBytes)}m`,
+          '-cp',
+          JAVA_CLASSES,
+          pkg ? `${pkg}.${mainClass}` : mainClass,
+          ...args,
+        ],
         env: { ...BASE_ENV },
       },
     };

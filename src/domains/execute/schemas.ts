@@ -5,7 +5,9 @@ export const ExecuteFile = z.object({
     .string()
     .max(255)
     .optional()
-    .describe('File name in the work directory, no path separators or `..`. Default: `main.py`, `Main.java`, ... for the first file, `file<N>.<ext>` for others'),
+    .describe(
+      'File name in the work directory, no path separators or `..`. Default: `main.py`, `Main.java`, ... for the first file, `file<N>.<ext>` for others',
+    ),
   content: z.string().describe('File contents (UTF-8 text, or base64 with `encoding`)'),
   encoding: z.enum(['utf8', 'base64']).optional().describe('How `content` is encoded; default `utf8`'),
 });
@@ -16,8 +18,15 @@ export const ExecuteBody = z.object({
     .string()
     .min(1)
     .max(64)
-    .describe('python, javascript, typescript, bash, c, c++, go, ruby, rust, java, csharp, or an alias (py, js, ts, sh, cpp, golang, rs, cs, ...); see GET /v1/runtimes'),
-  version: z.string().min(1).max(64).default('*').describe('`*` (latest installed), an exact installed version, or a semver range such as `3.11` or `>=17 <21`'),
+    .describe(
+      'python, javascript, typescript, bash, c, c++, go, ruby, rust, java, csharp, or an alias (py, js, ts, sh, cpp, golang, rs, cs, ...); see GET /v1/runtimes',
+    ),
+  version: z
+    .string()
+    .min(1)
+    .max(64)
+    .default('*')
+    .describe('`*` (latest installed), an exact installed version, or a semver range such as `3.11` or `>=17 <21`'),
   code: z.string().optional().describe('The program, for a single file; give `code` or `files`, not both'),
   files: z
     .array(ExecuteFile)
@@ -26,7 +35,12 @@ export const ExecuteBody = z.object({
     .describe('The program as files; the first is the entry point, the others sit beside it in the work directory'),
   stdin: z.string().optional().describe('Standard input of the run step'),
   args: z.array(z.string().max(4096)).max(100).optional().describe('Command-line arguments of the program'),
-  run_timeout: z.number().int().positive().default(5000).describe('Wall-clock limit of the run step, ms (server maximum: HANGAR_EXECUTE_MAX_RUN_TIMEOUT_MS)'),
+  run_timeout: z
+    .number()
+    .int()
+    .positive()
+    .default(5000)
+    .describe('Wall-clock limit of the run step, ms (server maximum: HANGAR_EXECUTE_MAX_RUN_TIMEOUT_MS)'),
   compile_timeout: z
     .number()
     .int()

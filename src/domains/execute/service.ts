@@ -43,9 +43,7 @@ let detection: Promise<Map<Language, Toolchain[]>> | undefined;
 
 /** Every language's installed toolchains, detected once per process (the host does not change under it). */
 export function detectInstalled(): Promise<Map<Language, Toolchain[]>> {
-  detection ??= Promise.all(LANGUAGES.map(async (lang) => [lang, await lang.detect().catch(() => [])] as const)).then(
-    (pairs) => new Map(pairs),
-  );
+  detection ??= Promise.all(LANGUAGES.map(async (lang) => [lang, await lang.detect().catch(() => [])] as const)).then((pairs) => new Map(pairs));
   return detection;
 }
 
@@ -99,7 +97,10 @@ function resolveLanguage(executor: Executor, name: string): { lang: Language; to
   const lang = findLanguage(name);
   if (!lang) {
     const known = LANGUAGES.map((l) => l.name).join(', ');
-    throw errors.invalidField('body.language', `unknown language "${name}"; supported: ${known} (GET /v1/runtimes lists what this server has installed)`);
+    throw errors.invalidField(
+      'body.language',
+      `unknown language "${name}"; supported: ${known} (GET /v1/runtimes lists what this server has installed)`,
+    );
   }
   const toolchains = executor.installed.get(lang);
   if (!toolchains) {
@@ -312,7 +313,10 @@ async function runPlan(executor: Executor, prepared: Prepared, body: ExecuteBody
     if (compile && !succeeded(compile)) return { compile, run: SKIPPED };
     let runStep = plan.run;
     if (plan.runIfProduced) {
-      const produced = await lstat(path.join(work.path, plan.runIfProduced.file)).then((s) => s.isFile(), () => false);
+      const produced = await lstat(path.join(work.path, plan.runIfProduced.file)).then(
+        (s) => s.isFile(),
+        () => false,
+      );
       if (produced) runStep = plan.runIfProduced.run;
     }
     const run = await step(runStep, limitsFor(config, body.run_timeout, prepared.runMemoryBytes), body.stdin ?? '');
@@ -367,7 +371,10 @@ export async function executeCode(
     await record('started', '');
     slot = await ticket;
   } catch (err) {
-    ticket.then((s) => s.release(), () => undefined);
+    ticket.then(
+      (s) => s.release(),
+      () => undefined,
+    );
     if (err instanceof CancelledError) await fail('cancelled', 'cancelled while waiting: the client went away', 'warning');
     throw err;
   }

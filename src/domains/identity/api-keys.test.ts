@@ -341,7 +341,11 @@ describe('API keys and authentication', () => {
     });
 
     it('accepts an API key as X-API-Key or as Authorization: Bearer', async () => {
-      const variants: Record<string, string>[] = [{ 'x-api-key': admin.key }, { authorization: `Bearer ${admin.key}` }, { authorization: `bearer ${admin.key}` }];
+      const variants: Record<string, string>[] = [
+        { 'x-api-key': admin.key },
+        { authorization: `Bearer ${admin.key}` },
+        { authorization: `bearer ${admin.key}` },
+      ];
       for (const headers of variants) {
         const res = await me(headers);
         expect(res.statusCode).toBe(200);

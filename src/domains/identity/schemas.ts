@@ -26,7 +26,9 @@ export const CreateApiKeyBody = z.object({
     .array(z.string().min(1).max(100))
     .min(1)
     .max(100)
-    .describe('Scopes, or wildcards such as `agent:*` and `*`; a wildcard grants the matching scopes the caller holds, a named scope the caller lacks is refused. The key stores the resulting concrete scopes.'),
+    .describe(
+      'Scopes, or wildcards such as `agent:*` and `*`; a wildcard grants the matching scopes the caller holds, a named scope the caller lacks is refused. The key stores the resulting concrete scopes.',
+    ),
   environment: z.enum(['live', 'test']).default('live'),
   expiresAt: z.iso.datetime({ offset: true }).optional(),
 });

@@ -1,7 +1,18 @@
 import { sql } from 'kysely';
 import type { Selectable } from 'kysely';
 import type { ApiKeysTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, requireScope, withTx, type Authenticate, type Credential, type Ctx, type Deps, type Principal } from '../../platform/context.js';
+import {
+  exec,
+  isOrgAdmin,
+  orgId,
+  requireScope,
+  withTx,
+  type Authenticate,
+  type Credential,
+  type Ctx,
+  type Deps,
+  type Principal,
+} from '../../platform/context.js';
 import { sha256Hex } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
@@ -68,12 +79,7 @@ async function userForSubject(deps: Deps, subject: VerifiedSubject) {
     return (await db.selectFrom('users').selectAll().where('id', '=', subject.subject).executeTakeFirst()) ?? null;
   }
   const find = () =>
-    db
-      .selectFrom('users')
-      .selectAll()
-      .where('idp_issuer', '=', subject.issuer)
-      .where('idp_subject', '=', subject.subject)
-      .executeTakeFirst();
+    db.selectFrom('users').selectAll().where('idp_issuer', '=', subject.issuer).where('idp_subject', '=', subject.subject).executeTakeFirst();
   const found = await find();
   if (found) return found;
   // Added by email before the first sign-in: the verified email claims the invited record.
@@ -204,8 +210,7 @@ function grantableScopes(held: ReadonlySet<Scope>, patterns: readonly string[]):
     if (mine.length === matching.length) kept.push(pattern);
     else if (wildcard && mine.length > 0) {
       for (const s of mine) granted.add(s);
-    }
-    else refused.push(pattern);
+    } else refused.push(pattern);
   }
   if (refused.length) throw errors.forbidden(`cannot grant scopes you do not hold: ${refused.join(', ')}`);
   const covered = expandScopes(kept);
@@ -292,4 +297,3 @@ export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
   await ctx.deps.live.publish({ kind: 'api_key', apiKeyId: id });
   return key;
 }
-

@@ -19,14 +19,22 @@ function toProfile(r: { id: string; email: string | null; name: string | null; i
 
 /** One user's profile; undefined when there is no such user. */
 export async function getUserProfile(ctx: Ctx, userId: string): Promise<UserProfile | undefined> {
-  const row = await exec(ctx).selectFrom('users').select(['id', 'email', 'name', 'idp_issuer', 'created_at']).where('id', '=', userId).executeTakeFirst();
+  const row = await exec(ctx)
+    .selectFrom('users')
+    .select(['id', 'email', 'name', 'idp_issuer', 'created_at'])
+    .where('id', '=', userId)
+    .executeTakeFirst();
   return row && toProfile(row);
 }
 
 /** The profiles of the given users (those that exist), by id. */
 export async function userProfiles(ctx: Ctx, userIds: readonly string[]): Promise<Map<string, UserProfile>> {
   if (!userIds.length) return new Map();
-  const rows = await exec(ctx).selectFrom('users').select(['id', 'email', 'name', 'idp_issuer', 'created_at']).where('id', 'in', [...new Set(userIds)]).execute();
+  const rows = await exec(ctx)
+    .selectFrom('users')
+    .select(['id', 'email', 'name', 'idp_issuer', 'created_at'])
+    .where('id', 'in', [...new Set(userIds)])
+    .execute();
   return new Map(rows.map((r) => [r.id, toProfile(r)]));
 }
 

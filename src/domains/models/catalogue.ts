@@ -57,10 +57,38 @@ export interface ModelEntry {
 }
 
 const DEFAULT_BYOK: readonly Omit<ModelEntry, 'tier' | 'pricing' | 'baseUrl'>[] = [
-  { id: 'byok/openai/gpt-4.1', provider: 'openai', model: 'gpt-4.1', displayName: 'GPT-4.1 (your OpenAI key)', contextWindow: 1_047_576, requiresSecret: 'OPENAI_API_KEY' },
-  { id: 'byok/openai/gpt-4o-mini', provider: 'openai', model: 'gpt-4o-mini', displayName: 'GPT-4o mini (your OpenAI key)', contextWindow: 128_000, requiresSecret: 'OPENAI_API_KEY' },
-  { id: 'byok/anthropic/claude-sonnet-4-5', provider: 'anthropic', model: 'claude-sonnet-4-5', displayName: 'Claude Sonnet 4.5 (your Anthropic key)', contextWindow: 200_000, requiresSecret: 'ANTHROPIC_API_KEY' },
-  { id: 'byok/anthropic/claude-haiku-4-5', provider: 'anthropic', model: 'claude-haiku-4-5', displayName: 'Claude Haiku 4.5 (your Anthropic key)', contextWindow: 200_000, requiresSecret: 'ANTHROPIC_API_KEY' },
+  {
+    id: 'byok/openai/gpt-4.1',
+    provider: 'openai',
+    model: 'gpt-4.1',
+    displayName: 'GPT-4.1 (your OpenAI key)',
+    contextWindow: 1_047_576,
+    requiresSecret: 'OPENAI_API_KEY',
+  },
+  {
+    id: 'byok/openai/gpt-4o-mini',
+    provider: 'openai',
+    model: 'gpt-4o-mini',
+    displayName: 'GPT-4o mini (your OpenAI key)',
+    contextWindow: 128_000,
+    requiresSecret: 'OPENAI_API_KEY',
+  },
+  {
+    id: 'byok/anthropic/claude-sonnet-4-5',
+    provider: 'anthropic',
+    model: 'claude-sonnet-4-5',
+    displayName: 'Claude Sonnet 4.5 (your Anthropic key)',
+    contextWindow: 200_000,
+    requiresSecret: 'ANTHROPIC_API_KEY',
+  },
+  {
+    id: 'byok/anthropic/claude-haiku-4-5',
+    provider: 'anthropic',
+    model: 'claude-haiku-4-5',
+    displayName: 'Claude Haiku 4.5 (your Anthropic key)',
+    contextWindow: 200_000,
+    requiresSecret: 'ANTHROPIC_API_KEY',
+  },
 ];
 
 export function loadCatalogue(config: ModelsConfig): ModelEntry[] {
@@ -104,7 +132,17 @@ export function loadCatalogue(config: ModelsConfig): ModelEntry[] {
     return entries;
   }
   const platform = (provider: ProviderName, names: readonly string[]): ModelEntry[] =>
-    names.map((n) => ({ id: n, tier: 'platform', provider, model: n, displayName: n, contextWindow: null, pricing: null, requiresSecret: null, baseUrl: null }));
+    names.map((n) => ({
+      id: n,
+      tier: 'platform',
+      provider,
+      model: n,
+      displayName: n,
+      contextWindow: null,
+      pricing: null,
+      requiresSecret: null,
+      baseUrl: null,
+    }));
   return [
     ...platform('openai', config.openai?.models ?? []),
     ...platform('anthropic', config.anthropic?.models ?? []),

@@ -37,10 +37,17 @@ function client(h: () => Harness) {
       byok: { model: string; displayName: string; requiresSecret: string; available: boolean }[];
     };
   };
-  const proxy = (actor: Actor, body: unknown) => h().app.inject({ method: 'POST', url: '/v1/model-proxy', headers: actor.headers, payload: body as object });
+  const proxy = (actor: Actor, body: unknown) =>
+    h().app.inject({ method: 'POST', url: '/v1/model-proxy', headers: actor.headers, payload: body as object });
   const stream = async (actor: Actor, body: unknown) => {
     const res = await h().app.inject({ method: 'POST', url: '/v1/model-proxy/stream', headers: actor.headers, payload: body as object });
-    const lines: Line[] = res.statusCode === 200 ? res.body.split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
+    const lines: Line[] =
+      res.statusCode === 200
+        ? res.body
+            .split('\n')
+            .filter(Boolean)
+            .map((l) => JSON.parse(l))
+        : [];
     return { res, lines };
   };
   const putSecret = async (actor: Actor, name: string, value: string, scope: 'user' | 'organization' = 'user') => {
@@ -107,7 +114,11 @@ describe('models on an OpenAI-compatible platform provider', () => {
 
   beforeAll(async () => {
     fake = await new FakeOpenAI().start();
-    h = await createHarness({ HANGAR_OPENAI_BASE_URL: fake.url, HANGAR_OPENAI_API_KEY: 'sk-platform', HANGAR_OPENAI_MODELS: 'fast-model,other-model' });
+    h = await createHarness({
+      HANGAR_OPENAI_BASE_URL: fake.url,
+      HANGAR_OPENAI_API_KEY: 'sk-platform',
+      HANGAR_OPENAI_MODELS: 'fast-model,other-model',
+    });
     admin = await createOrgAdmin(h);
     member = await addOrgMember(h, admin, 'member');
     otherMember = await addOrgMember(h, admin, 'member');
@@ -137,9 +148,12 @@ describe('models on an OpenAI-compatible platform provider', () => {
     });
 
     it("BYOK models flip to available with the user's or the organization's secret, and back when it is deleted", async () => {
-      const availability = async (actor: Actor) => Object.fromEntries((await c.available(actor)).byok.map((m) => [m.model, { available: m.available, secret: m.requiresSecret }]));
+      const availability = async (actor: Actor) =>
+        Object.fromEntries((await c.available(actor)).byok.map((m) => [m.model, { available: m.available, secret: m.requiresSecret }]));
       const bySecret = (a: Record<string, { available: boolean; secret: string }>, secret: string) =>
-        Object.values(a).filter((m) => m.secret === secret).map((m) => m.available);
+        Object.values(a)
+          .filter((m) => m.secret === secret)
+          .map((m) => m.available);
 
       await c.putSecret(member, 'OPENAI_API_KEY', 'sk-member-own');
       let mine = await availability(member);
@@ -207,7 +221,13 @@ describe('models on an OpenAI-compatible platform provider', () => {
           messages: [
             { role: 'user', content: 'First question' },
             { role: 'assistant', content: 'First answer' },
-            { role: 'user', content: [{ type: 'text', text: 'Part one. ' }, { type: 'text', text: 'Part two.' }] },
+            {
+              role: 'user',
+              content: [
+                { type: 'text', text: 'Part one. ' },
+                { type: 'text', text: 'Part two.' },
+              ],
+            },
           ],
           temperature: 0.3,
           maxTokens: 50,
@@ -252,7 +272,9 @@ describe('models on an OpenAI-compatible platform provider', () => {
       expect(data.text).toBe('Answer');
       expect(data.reasoning).toBe('Thinking...');
       expect(data.usage).toEqual({ inputTokens: 100, outputTokens: 40, totalTokens: 140, cachedInputTokens: 60, reasoningTokens: 25 });
-      expect(rows).toEqual([expect.objectContaining({ user_id: admin.userId, input_tokens: 100, output_tokens: 40, cached_input_tokens: 60, reasoning_tokens: 25 })]);
+      expect(rows).toEqual([
+        expect.objectContaining({ user_id: admin.userId, input_tokens: 100, output_tokens: 40, cached_input_tokens: 60, reasoning_tokens: 25 }),
+      ]);
     });
 
     it('offers tools with their JSON schema and returns tool calls (not executed) with parsed input', async () => {
@@ -269,7 +291,9 @@ describe('models on an OpenAI-compatible platform provider', () => {
       expect(data.finishReason).toBe('tool-calls');
       expect(data.text).toBe('');
       const sent = lastRequest().body;
-      expect(sent.tools).toEqual([{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: expect.objectContaining(parameters) } }]);
+      expect(sent.tools).toEqual([
+        { type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: expect.objectContaining(parameters) } },
+      ]);
       expect(sent.tool_choice).toBe('required');
       // one model call only: the tool call was returned, not run and fed back
       expect(fake.requests.length).toBe(before + 1);
@@ -277,7 +301,10 @@ describe('models on an OpenAI-compatible platform provider', () => {
 
     it('passes a forced tool choice through', async () => {
       fake.script({ toolCalls: [{ id: 'call_2', name: 'lookup', arguments: '{}' }] });
-      const res = await c.proxy(member, { model: 'fast-model', options: { ...hello, tools: [{ name: 'lookup' }, { name: 'other' }], toolChoice: { tool: 'lookup' } } });
+      const res = await c.proxy(member, {
+        model: 'fast-model',
+        options: { ...hello, tools: [{ name: 'lookup' }, { name: 'other' }], toolChoice: { tool: 'lookup' } },
+      });
       expect(res.statusCode, res.body).toBe(200);
       expect(json(res).data.toolCalls).toEqual([{ id: 'call_2', name: 'lookup', input: {} }]);
       expect(lastRequest().body.tool_choice).toEqual({ type: 'function', function: { name: 'lookup' } });
@@ -313,9 +340,17 @@ describe('models on an OpenAI-compatible platform provider', () => {
       const byokId = (await c.available(member)).byok.find((m) => m.requiresSecret === 'OPENAI_API_KEY' && m.available)!.model;
       const before = fake.requests.length;
       for (const url of ['/v1/model-proxy', '/v1/model-proxy/stream']) {
-        const unknown = expectError(await h.app.inject({ method: 'POST', url, headers: member.headers, payload: { model: 'no-such-model', options: hello } }), 400, 'invalid_request');
+        const unknown = expectError(
+          await h.app.inject({ method: 'POST', url, headers: member.headers, payload: { model: 'no-such-model', options: hello } }),
+          400,
+          'invalid_request',
+        );
         expect(unknown.message).toContain('no-such-model');
-        const byok = expectError(await h.app.inject({ method: 'POST', url, headers: member.headers, payload: { model: byokId, options: hello } }), 400, 'invalid_request');
+        const byok = expectError(
+          await h.app.inject({ method: 'POST', url, headers: member.headers, payload: { model: byokId, options: hello } }),
+          400,
+          'invalid_request',
+        );
         expect(byok.message).toContain(byokId);
         expect(byok.message).toContain('bring-your-own-key');
       }
@@ -324,7 +359,13 @@ describe('models on an OpenAI-compatible platform provider', () => {
     });
 
     it('refuses malformed options with 400 naming the field', async () => {
-      for (const options of [{ messages: [] }, { messages: [{ role: 'tool', content: 'x' }] }, { ...hello, temperature: 3 }, { ...hello, tools: [{ name: 'has space' }] }, { ...hello, unknown: 1 }]) {
+      for (const options of [
+        { messages: [] },
+        { messages: [{ role: 'tool', content: 'x' }] },
+        { ...hello, temperature: 3 },
+        { ...hello, tools: [{ name: 'has space' }] },
+        { ...hello, unknown: 1 },
+      ]) {
         const res = await c.proxy(member, { model: 'fast-model', options });
         expectError(res, 400, 'invalid_request');
         expect(json(res).error.message).toContain('options');
@@ -379,7 +420,10 @@ describe('models on an OpenAI-compatible platform provider', () => {
       });
       let out!: Awaited<ReturnType<typeof c.stream>>;
       const rows = await c.newUsage(admin.orgId, async () => {
-        out = await c.stream(member, { model: 'fast-model', options: { ...hello, temperature: 0.5, tools: [{ name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } }] } });
+        out = await c.stream(member, {
+          model: 'fast-model',
+          options: { ...hello, temperature: 0.5, tools: [{ name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } }] },
+        });
       });
       const { res, lines } = out;
       expect(res.statusCode, res.body).toBe(200);
@@ -391,8 +435,18 @@ describe('models on an OpenAI-compatible platform provider', () => {
       expect(lines[0]).toEqual({ type: 'start', model: 'fast-model' });
       const types = lines.map((l) => l.type).filter((t, i, all) => t !== all[i - 1]); // runs of deltas collapse
       expect(types).toEqual(['start', 'reasoning-delta', 'text-delta', 'tool-call', 'finish']);
-      expect(lines.filter((l) => l.type === 'reasoning-delta').map((l) => l.text).join('')).toBe('Let me think');
-      expect(lines.filter((l) => l.type === 'text-delta').map((l) => l.text).join('')).toBe('Hello');
+      expect(
+        lines
+          .filter((l) => l.type === 'reasoning-delta')
+          .map((l) => l.text)
+          .join(''),
+      ).toBe('Let me think');
+      expect(
+        lines
+          .filter((l) => l.type === 'text-delta')
+          .map((l) => l.text)
+          .join(''),
+      ).toBe('Hello');
       expect(lines.filter((l) => l.type === 'text-delta').length).toBeGreaterThanOrEqual(2); // streamed, not buffered into one
       expect(lines.find((l) => l.type === 'tool-call')).toEqual({ type: 'tool-call', id: 'call_s', name: 'lookup', input: { q: 'weather' } });
       expect(lines.at(-1)).toEqual({
@@ -404,7 +458,17 @@ describe('models on an OpenAI-compatible platform provider', () => {
       const sent = lastRequest();
       expect(sent.headers.authorization).toBe('Bearer sk-platform');
       expect(sent.body).toMatchObject({ model: 'fast-model', stream: true, temperature: 0.5, messages: [{ role: 'user', content: 'Say hello' }] });
-      expect(rows).toEqual([expect.objectContaining({ model: 'fast-model', source: 'proxy', user_id: member.userId, input_tokens: 20, output_tokens: 9, cached_input_tokens: 5, reasoning_tokens: 4 })]);
+      expect(rows).toEqual([
+        expect.objectContaining({
+          model: 'fast-model',
+          source: 'proxy',
+          user_id: member.userId,
+          input_tokens: 20,
+          output_tokens: 9,
+          cached_input_tokens: 5,
+          reasoning_tokens: 4,
+        }),
+      ]);
     });
 
     it('a provider dropping the connection mid-stream ends the stream with an error line (provider_error)', async () => {
@@ -441,7 +505,12 @@ describe('models on an OpenAI-compatible platform provider', () => {
     });
 
     const post = (url: string, signal: AbortSignal) =>
-      fetch(`${base}${url}`, { method: 'POST', headers: { ...member.headers, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'fast-model', options: hello }), signal });
+      fetch(`${base}${url}`, {
+        method: 'POST',
+        headers: { ...member.headers, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'fast-model', options: hello }),
+        signal,
+      });
 
     it('a call and a stream that the client waits for complete, and nothing upstream is cancelled', async () => {
       fake.script({ text: 'whole answer' }, { text: ['str', 'eamed'], chunkDelayMs: 20 });
@@ -452,8 +521,16 @@ describe('models on an OpenAI-compatible platform provider', () => {
       const streamed = await post('/v1/model-proxy/stream', new AbortController().signal);
       expect(streamed.status).toBe(200);
       expect(streamed.headers.get('content-type')).toMatch(/^application\/x-ndjson/);
-      const lines = (await streamed.text()).split('\n').filter(Boolean).map((l) => JSON.parse(l) as Line);
-      expect(lines.filter((l) => l.type === 'text-delta').map((l) => l.text).join('')).toBe('streamed');
+      const lines = (await streamed.text())
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Line);
+      expect(
+        lines
+          .filter((l) => l.type === 'text-delta')
+          .map((l) => l.text)
+          .join(''),
+      ).toBe('streamed');
       expect(lines.at(-1)!.type).toBe('finish');
       expect(fake.aborted).toBe(abortedBefore);
     });
@@ -504,11 +581,33 @@ describe('models from a models file', () => {
     fake = await new FakeOpenAI().start();
     const file = modelsFile('models.json', {
       platform: [
-        { id: 'house-fast', provider: 'openai', model: 'gpt-house-1', displayName: 'House Fast', contextWindow: 128000, pricing: { inputPerMTok: 2, outputPerMTok: 8, cachedInputPerMTok: 0.5 } },
+        {
+          id: 'house-fast',
+          provider: 'openai',
+          model: 'gpt-house-1',
+          displayName: 'House Fast',
+          contextWindow: 128000,
+          pricing: { inputPerMTok: 2, outputPerMTok: 8, cachedInputPerMTok: 0.5 },
+        },
         { id: 'house-plain', provider: 'openai', displayName: 'House Plain', pricing: { inputPerMTok: 1, outputPerMTok: 3 } },
-        { id: 'house-claude', provider: 'anthropic', model: 'claude-house', displayName: 'House Claude', pricing: { inputPerMTok: 3, outputPerMTok: 15 } },
+        {
+          id: 'house-claude',
+          provider: 'anthropic',
+          model: 'claude-house',
+          displayName: 'House Claude',
+          pricing: { inputPerMTok: 3, outputPerMTok: 15 },
+        },
       ],
-      byok: [{ id: 'byok/fake/llama', provider: 'openai', model: 'llama-3-70b', displayName: 'Llama on your endpoint', baseUrl: fake.url, requiresSecret: 'FAKE_ENDPOINT_KEY' }],
+      byok: [
+        {
+          id: 'byok/fake/llama',
+          provider: 'openai',
+          model: 'llama-3-70b',
+          displayName: 'Llama on your endpoint',
+          baseUrl: fake.url,
+          requiresSecret: 'FAKE_ENDPOINT_KEY',
+        },
+      ],
     });
     h = await createHarness({
       HANGAR_OPENAI_BASE_URL: fake.url,
@@ -547,7 +646,16 @@ describe('models from a models file', () => {
     expect(json(res).data.model).toBe('house-fast');
     expect(fake.requests.at(-1)!.body.model).toBe('gpt-house-1');
     // 600 uncached x $2 + 400 cached x $0.5 + 500 output x $8 per million tokens = 5400 micro-dollars
-    expect(rows).toEqual([expect.objectContaining({ model: 'house-fast', tier: 'platform', input_tokens: 1000, cached_input_tokens: 400, output_tokens: 500, cost_micros: 5400 })]);
+    expect(rows).toEqual([
+      expect.objectContaining({
+        model: 'house-fast',
+        tier: 'platform',
+        input_tokens: 1000,
+        cached_input_tokens: 400,
+        output_tokens: 500,
+        cost_micros: 5400,
+      }),
+    ]);
   });
 
   it('prices cached input at the input price when the file gives no cached price, on the stream too', async () => {
@@ -593,14 +701,20 @@ describe('models from a models file', () => {
 
     // without the secret the model names the secret to create
     const adminCtx = systemCtx(h.deps, { userId: admin.userId, orgId: admin.orgId, role: 'admin', scopes: ROLE_SCOPES.admin, apiKeyId: null });
-    await expect(resolveModel(adminCtx, 'byok/fake/llama')).rejects.toMatchObject({ code: 'invalid_request', message: expect.stringContaining('FAKE_ENDPOINT_KEY') });
+    await expect(resolveModel(adminCtx, 'byok/fake/llama')).rejects.toMatchObject({
+      code: 'invalid_request',
+      message: expect.stringContaining('FAKE_ENDPOINT_KEY'),
+    });
   });
 
   it('a malformed models file stops start-up with a ConfigError naming HANGAR_MODELS_FILE', async () => {
     const cases = [
       modelsFile('not-json.json', '{ "platform": [ '),
       modelsFile('bad-provider.json', { platform: [{ id: 'x', provider: 'mistral' }] }),
-      modelsFile('duplicate.json', { platform: [{ id: 'same', provider: 'openai' }], byok: [{ id: 'same', provider: 'openai', requiresSecret: 'K' }] }),
+      modelsFile('duplicate.json', {
+        platform: [{ id: 'same', provider: 'openai' }],
+        byok: [{ id: 'same', provider: 'openai', requiresSecret: 'K' }],
+      }),
       path.join(modelsDir, 'missing.json'),
     ];
     // (each failed start-up leaves its deps open: createHarness does not close them when buildApp throws)
@@ -627,7 +741,12 @@ describe('a model provider that is too slow', () => {
 
   beforeAll(async () => {
     fake = await new FakeOpenAI().start();
-    h = await createHarness({ HANGAR_OPENAI_BASE_URL: fake.url, HANGAR_OPENAI_API_KEY: 'sk-platform', HANGAR_OPENAI_MODELS: 'slow-model', HANGAR_MODEL_TIMEOUT_MS: '1000' });
+    h = await createHarness({
+      HANGAR_OPENAI_BASE_URL: fake.url,
+      HANGAR_OPENAI_API_KEY: 'sk-platform',
+      HANGAR_OPENAI_MODELS: 'slow-model',
+      HANGAR_MODEL_TIMEOUT_MS: '1000',
+    });
     admin = await createOrgAdmin(h);
   });
   afterAll(async () => {

@@ -25,7 +25,8 @@ export function createModelProvider(config: ModelsConfig): ModelProvider {
   const platformModels = new Map<string, LanguageModel>();
   return {
     platformUnavailable(provider) {
-      if (provider === 'openai' && !platformOpenAI) return 'no OpenAI-compatible provider is configured (set HANGAR_OPENAI_BASE_URL and/or HANGAR_OPENAI_API_KEY)';
+      if (provider === 'openai' && !platformOpenAI)
+        return 'no OpenAI-compatible provider is configured (set HANGAR_OPENAI_BASE_URL and/or HANGAR_OPENAI_API_KEY)';
       if (provider === 'anthropic' && !platformAnthropic) return 'no Anthropic provider is configured (set HANGAR_ANTHROPIC_API_KEY)';
       return null;
     },
@@ -40,8 +41,14 @@ export function createModelProvider(config: ModelsConfig): ModelProvider {
         }
         return model;
       }
-      if (entry.provider === 'anthropic') return createAnthropic({ apiKey: byokKey, ...(entry.baseUrl ? { baseURL: entry.baseUrl } : {}) })(entry.model);
-      return createOpenAICompatible({ name: 'openai', baseURL: entry.baseUrl ?? 'https://api.openai.com/v1', apiKey: byokKey, includeUsage: true }).chatModel(entry.model);
+      if (entry.provider === 'anthropic')
+        return createAnthropic({ apiKey: byokKey, ...(entry.baseUrl ? { baseURL: entry.baseUrl } : {}) })(entry.model);
+      return createOpenAICompatible({
+        name: 'openai',
+        baseURL: entry.baseUrl ?? 'https://api.openai.com/v1',
+        apiKey: byokKey,
+        includeUsage: true,
+      }).chatModel(entry.model);
     },
   };
 }

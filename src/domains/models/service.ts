@@ -1,4 +1,14 @@
-import { APICallError, generateText, jsonSchema, streamText, tool, type LanguageModel, type LanguageModelUsage, type ModelMessage, type ToolSet } from 'ai';
+import {
+  APICallError,
+  generateText,
+  jsonSchema,
+  streamText,
+  tool,
+  type LanguageModel,
+  type LanguageModelUsage,
+  type ModelMessage,
+  type ToolSet,
+} from 'ai';
 import { orgId, requireScope, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
@@ -31,7 +41,12 @@ export async function availableModels(ctx: Ctx) {
     platform: catalogue
       .filter((m) => m.tier === 'platform')
       .map((m) => ({ model: m.id, displayName: m.displayName, available: provider.platformUnavailable(m.provider) === null })),
-    byok: byok.map((m) => ({ model: m.id, displayName: m.displayName, requiresSecret: m.requiresSecret!, available: secrets.has(m.requiresSecret!) })),
+    byok: byok.map((m) => ({
+      model: m.id,
+      displayName: m.displayName,
+      requiresSecret: m.requiresSecret!,
+      available: secrets.has(m.requiresSecret!),
+    })),
   };
 }
 
@@ -73,11 +88,16 @@ export function toUsage(u: LanguageModelUsage | undefined): Usage {
 }
 
 /** Records one model call for billing: platform calls at their price, BYOK calls at zero. */
-export async function recordModelUsage(deps: Deps, input: { orgId: string; userId: string | null; entry: ModelEntry; usage: Usage; source: 'proxy' | 'run'; runId?: string }): Promise<void> {
+export async function recordModelUsage(
+  deps: Deps,
+  input: { orgId: string; userId: string | null; entry: ModelEntry; usage: Usage; source: 'proxy' | 'run'; runId?: string },
+): Promise<void> {
   const p = input.entry.tier === 'platform' ? input.entry.pricing : null;
   const uncached = Math.max(0, input.usage.inputTokens - input.usage.cachedInputTokens);
   // USD per million tokens x tokens = micro-dollars.
-  const cost = p ? Math.round(uncached * p.inputPerMTok + input.usage.cachedInputTokens * p.cachedInputPerMTok + input.usage.outputTokens * p.outputPerMTok) : 0;
+  const cost = p
+    ? Math.round(uncached * p.inputPerMTok + input.usage.cachedInputTokens * p.cachedInputPerMTok + input.usage.outputTokens * p.outputPerMTok)
+    : 0;
   await deps.db.kysely
     .insertInto('model_usage')
     .values({
@@ -104,9 +124,11 @@ export function providerError(err: unknown, modelId: string): AppError {
   if (APICallError.isInstance(err)) {
     const status = err.statusCode;
     const detail = (err.message || '').slice(0, 500);
-    if (status === 401 || status === 403) return new AppError('provider_error', `the model provider refused the credentials for "${modelId}" (${status}): ${detail}`);
+    if (status === 401 || status === 403)
+      return new AppError('provider_error', `the model provider refused the credentials for "${modelId}" (${status}): ${detail}`);
     if (status === 429) return errors.rateLimited(`the model provider is rate limiting "${modelId}": ${detail}`);
-    if (status !== undefined && status >= 400 && status < 500) return errors.invalid(`the model provider rejected the request for "${modelId}" (${status}): ${detail}`);
+    if (status !== undefined && status >= 400 && status < 500)
+      return errors.invalid(`the model provider rejected the request for "${modelId}" (${status}): ${detail}`);
     if (status !== undefined) return new AppError('provider_error', `the model provider failed for "${modelId}" (${status}): ${detail}`);
     return new AppError('provider_error', `the model provider for "${modelId}" could not be reached: ${detail}`);
   }
@@ -118,13 +140,16 @@ export function providerError(err: unknown, modelId: string): AppError {
 function callArgs(body: ProxyBody, model: LanguageModel, signal: AbortSignal) {
   const o = body.options;
   const tools: ToolSet | undefined = o.tools?.length
-    ? Object.fromEntries(o.tools.map((t) => [t.name, tool({ description: t.description, inputSchema: jsonSchema(t.parameters as Parameters<typeof jsonSchema>[0]) })]))
+    ? Object.fromEntries(
+        o.tools.map((t) => [t.name, tool({ description: t.description, inputSchema: jsonSchema(t.parameters as Parameters<typeof jsonSchema>[0]) })]),
+      )
     : undefined;
   const messages: ModelMessage[] = o.messages.map((m) => ({
     role: m.role,
     content: typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
   })) as ModelMessage[];
-  const toolChoice = o.toolChoice === undefined ? undefined : typeof o.toolChoice === 'string' ? o.toolChoice : { type: 'tool' as const, toolName: o.toolChoice.tool };
+  const toolChoice =
+    o.toolChoice === undefined ? undefined : typeof o.toolChoice === 'string' ? o.toolChoice : { type: 'tool' as const, toolName: o.toolChoice.tool };
   return {
     model,
     messages,
@@ -192,7 +217,9 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
   async function* lines(): AsyncGenerator<StreamLine> {
     yield { type: 'start', model: entry.id };
     let streamError: unknown = null;
-    const result = streamText({ ...callArgs(body, model, timeout), onError: ({ error }) => {
+    const result = streamText({
+      ...callArgs(body, model, timeout),
+      onError: ({ error }) => {
         streamError = error;
       },
     });
@@ -202,7 +229,8 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
         else if (part.type === 'reasoning-delta') yield { type: 'reasoning-delta', text: part.text };
         else if (part.type === 'tool-call') yield { type: 'tool-call', id: part.toolCallId, name: part.toolName, input: part.input };
         else if (part.type === 'error') streamError = part.error;
-        else if (part.type === 'abort') streamError = timeout.reason; // the SDK ends an aborted stream quietly; a timeout must still say so
+        else if (part.type === 'abort')
+          streamError = timeout.reason; // the SDK ends an aborted stream quietly; a timeout must still say so
         else if (part.type === 'finish') {
           if (streamError) break;
           const usage = toUsage(part.totalUsage);

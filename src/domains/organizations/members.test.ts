@@ -21,13 +21,18 @@ describe('organization members', () => {
     await issuer?.stop();
   });
 
-  const members = (actor: Actor, org = actor.orgId) => h.app.inject({ method: 'GET', url: `/v1/organizations/${org}/members`, headers: actor.headers });
+  const members = (actor: Actor, org = actor.orgId) =>
+    h.app.inject({ method: 'GET', url: `/v1/organizations/${org}/members`, headers: actor.headers });
   const add = (actor: Actor, body: Record<string, unknown>, org = actor.orgId) =>
     h.app.inject({ method: 'POST', url: `/v1/organizations/${org}/members`, headers: actor.headers, payload: body });
   const setRole = (actor: Actor, userId: string, role: string, org = actor.orgId) =>
     h.app.inject({ method: 'PATCH', url: `/v1/organizations/${org}/members/${userId}`, headers: actor.headers, payload: { role } });
-  const remove = (actor: Actor, userId: string, org = actor.orgId) => h.app.inject({ method: 'DELETE', url: `/v1/organizations/${org}/members/${userId}`, headers: actor.headers });
-  const session = (a: Actor): Actor => ({ ...a, headers: { authorization: `Bearer ${a.token}`, 'x-org-id': a.orgId } as unknown as Actor['headers'] });
+  const remove = (actor: Actor, userId: string, org = actor.orgId) =>
+    h.app.inject({ method: 'DELETE', url: `/v1/organizations/${org}/members/${userId}`, headers: actor.headers });
+  const session = (a: Actor): Actor => ({
+    ...a,
+    headers: { authorization: `Bearer ${a.token}`, 'x-org-id': a.orgId } as unknown as Actor['headers'],
+  });
   const me = (headers: Record<string, string>) => h.app.inject({ method: 'GET', url: '/v1/me', headers });
 
   it('an admin lists the members with their role and join time', async () => {
@@ -42,7 +47,12 @@ describe('organization members', () => {
   });
 
   it('members and other organizations’ admins cannot manage members', async () => {
-    for (const res of [await members(member), await add(member, { email: 'x@example.test' }), await setRole(member, member.userId, 'admin'), await remove(member, admin.userId)]) {
+    for (const res of [
+      await members(member),
+      await add(member, { email: 'x@example.test' }),
+      await setRole(member, member.userId, 'admin'),
+      await remove(member, admin.userId),
+    ]) {
       expect(res.statusCode, res.body).toBe(403);
       expect(json(res).error.code).toBe('forbidden');
     }
@@ -75,7 +85,9 @@ describe('organization members', () => {
     expect(invited).toMatchObject({ email: 'erin@example.test', role: 'admin', invited: true, name: null });
 
     // An unverified email claims nothing: that is a different user, without the organization.
-    const unverified = json(await me({ authorization: `Bearer ${await issuer.token({ sub: 'oidc|mallory', email: 'erin@example.test', emailVerified: false })}` })).data;
+    const unverified = json(
+      await me({ authorization: `Bearer ${await issuer.token({ sub: 'oidc|mallory', email: 'erin@example.test', emailVerified: false })}` }),
+    ).data;
     expect(unverified.user.id).not.toBe(invited.userId);
     expect(unverified.organizations).toEqual([]);
 
@@ -137,13 +149,20 @@ describe('organization members', () => {
     expect((await me(gone.headers)).statusCode).toBe(401);
     const session = await me({ authorization: `Bearer ${gone.token}`, 'x-org-id': admin.orgId });
     expect(session.statusCode).toBe(404);
-    const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?include_revoked=true&limit=200', headers: admin.headers })).data as Array<{ userId: string; revokedAt: string | null }>;
+    const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?include_revoked=true&limit=200', headers: admin.headers }))
+      .data as Array<{ userId: string; revokedAt: string | null }>;
     const theirs = keys.filter((k) => k.userId === gone.userId);
     expect(theirs.length).toBeGreaterThan(0);
     expect(theirs.every((k) => k.revokedAt)).toBe(true);
     expect((json(await members(admin)).data as Array<{ userId: string }>).map((m) => m.userId)).not.toContain(gone.userId);
     // Added again, they are a member again (their old keys stay revoked).
-    expect((await add(admin, { email: (await h.deps.db.kysely.selectFrom('users').select('email').where('id', '=', gone.userId).executeTakeFirstOrThrow()).email! })).statusCode).toBe(201);
+    expect(
+      (
+        await add(admin, {
+          email: (await h.deps.db.kysely.selectFrom('users').select('email').where('id', '=', gone.userId).executeTakeFirstOrThrow()).email!,
+        })
+      ).statusCode,
+    ).toBe(201);
     expect((await me(gone.headers)).statusCode).toBe(401);
   });
 
@@ -152,12 +171,19 @@ describe('organization members', () => {
     expect(res.statusCode, res.body).toBe(200);
     const types = (json(res).data.events as Array<{ eventType: string }>).map((e) => e.eventType);
     expect(types.length).toBeGreaterThan(0);
-    for (const t of ['member.added', 'member.removed']) await expectActivity(h, admin, { eventType: t, resourceType: 'organization', resourceId: admin.orgId });
+    for (const t of ['member.added', 'member.removed'])
+      await expectActivity(h, admin, { eventType: t, resourceType: 'organization', resourceId: admin.orgId });
     const other = await createOrgAdmin(h);
     const m = await addOrgMember(h, other, 'member');
     expect((await setRole(other, m.userId, 'admin')).statusCode).toBe(200);
-    const events = json(await h.app.inject({ method: 'GET', url: '/v1/activity?event_type=member.role_changed', headers: other.headers })).data.events;
+    const events = json(await h.app.inject({ method: 'GET', url: '/v1/activity?event_type=member.role_changed', headers: other.headers })).data
+      .events;
     expect(events).toHaveLength(1);
-    expect(events[0]).toMatchObject({ resourceType: 'organization', resourceId: other.orgId, actorUserId: other.userId, metadata: { userId: m.userId, from: 'member', to: 'admin' } });
+    expect(events[0]).toMatchObject({
+      resourceType: 'organization',
+      resourceId: other.orgId,
+      actorUserId: other.userId,
+      metadata: { userId: m.userId, from: 'member', to: 'admin' },
+    });
   });
 });

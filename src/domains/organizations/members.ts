@@ -31,7 +31,10 @@ interface MemberRow {
 }
 
 async function withProfiles(ctx: Ctx, rows: { user_id: string; role: string; created_at: string }[]): Promise<MemberRow[]> {
-  const profiles = await userProfiles(ctx, rows.map((r) => r.user_id));
+  const profiles = await userProfiles(
+    ctx,
+    rows.map((r) => r.user_id),
+  );
   const out: MemberRow[] = [];
   for (const r of rows) {
     const p = profiles.get(r.user_id);
@@ -94,7 +97,12 @@ export async function addMemberByEmail(ctx: Ctx, id: string, input: { email: str
     await lockOrg(tx, org);
     const user = await userForEmail(tx, input.email);
     await addMember(tx, org, user.id, input.role);
-    await memberActivity(tx, org, 'member.added', `${user.email ?? user.id} added as ${input.role}`, { userId: user.id, email: user.email, role: input.role, invited: user.invited });
+    await memberActivity(tx, org, 'member.added', `${user.email ?? user.id} added as ${input.role}`, {
+      userId: user.id,
+      email: user.email,
+      role: input.role,
+      invited: user.invited,
+    });
     return toMember(await findMember(tx, org, user.id));
   });
 }
@@ -111,7 +119,12 @@ export async function changeMemberRole(ctx: Ctx, id: string, userId: string, rol
     changed = true;
     if (role !== 'admin') await refuseLastAdmin(tx, org, member, 'demote');
     await exec(tx).updateTable('memberships').set({ role }).where('org_id', '=', org).where('user_id', '=', userId).execute();
-    await memberActivity(tx, org, 'member.role_changed', `${member.email ?? userId} is now ${role}`, { userId, email: member.email, from: member.role, to: role });
+    await memberActivity(tx, org, 'member.role_changed', `${member.email ?? userId} is now ${role}`, {
+      userId,
+      email: member.email,
+      from: member.role,
+      to: role,
+    });
     return toMember({ ...member, role });
   });
   if (changed) await ctx.deps.live.publish({ kind: 'membership', userId, orgId: org, removed: false });
@@ -145,7 +158,10 @@ export async function removeMember(ctx: Ctx, id: string, userId: string): Promis
  * The oldest membership matching the filter, for the CLI acting as a member (`keys create`): of the given
  * organization and/or user, or else the first admin's. Undefined when none matches.
  */
-export async function firstMembership(deps: Deps, filter: { orgId?: string; userId?: string }): Promise<{ orgId: string; userId: string; role: Role } | undefined> {
+export async function firstMembership(
+  deps: Deps,
+  filter: { orgId?: string; userId?: string },
+): Promise<{ orgId: string; userId: string; role: Role } | undefined> {
   let q = deps.db.kysely.selectFrom('memberships').select(['org_id', 'user_id', 'role']).orderBy('created_at');
   if (filter.orgId) q = q.where('org_id', '=', filter.orgId);
   if (filter.userId) q = q.where('user_id', '=', filter.userId);

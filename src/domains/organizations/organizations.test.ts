@@ -34,9 +34,7 @@ describe('organizations', () => {
     // A second organization (a retry, or a real second one) grants nothing more.
     const second = json(await h.app.inject({ method: 'POST', url: '/v1/organizations', headers: auth, payload: { name: 'Acme Labs' } })).data;
     expect(second.slug).not.toBe('acme-labs');
-    const other = json(
-      await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { ...auth, 'x-org-id': second.id } }),
-    );
+    const other = json(await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { ...auth, 'x-org-id': second.id } }));
     expect(other.data.balanceCents).toBe(0);
 
     const files = await h.app.inject({ method: 'GET', url: `/v1/workspaces/${org.personalWorkspaceId}/files`, headers: auth });
@@ -104,7 +102,9 @@ describe('organizations', () => {
 
     it('a session lists every organization of the user; an API key only its own', async () => {
       const auth = { authorization: `Bearer ${member.token}` };
-      const own = json(await h.app.inject({ method: 'POST', url: '/v1/organizations', headers: auth, payload: { name: 'Member Side Project' } })).data;
+      const own = json(
+        await h.app.inject({ method: 'POST', url: '/v1/organizations', headers: auth, payload: { name: 'Member Side Project' } }),
+      ).data;
 
       const res = await h.app.inject({ method: 'GET', url: '/v1/organizations', headers: auth });
       expect(res.statusCode).toBe(200);
@@ -160,7 +160,11 @@ describe('organizations', () => {
         await h.app.inject({ method: 'GET', url: `/v1/activity?resource_type=project&resource_id=${admin.projectId}`, headers: admin.headers }),
       ).data.events;
       expect(act[0]).toMatchObject({ eventType: 'project.resource_pins.updated', status: 'updated', summary: '2 pinned' });
-      const pinned = await expectActivity(h, admin, { eventType: 'project.resource_pins.updated', resourceType: 'project', resourceId: admin.projectId });
+      const pinned = await expectActivity(h, admin, {
+        eventType: 'project.resource_pins.updated',
+        resourceType: 'project',
+        resourceId: admin.projectId,
+      });
       expect(pinned).toMatchObject({ status: 'updated', summary: '2 pinned', actorUserId: admin.userId });
       expect((await putPins(admin, admin.projectId, { items: [] })).statusCode).toBe(200);
     });
@@ -275,9 +279,15 @@ describe('organizations per user', () => {
   const createOrg = (token: string, name: string) =>
     h.app.inject({ method: 'POST', url: '/v1/organizations', headers: { authorization: `Bearer ${token}` }, payload: { name } });
   const balance = async (token: string, org: string) =>
-    json(await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { authorization: `Bearer ${token}`, 'x-org-id': org } })).data.balanceCents;
+    json(await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { authorization: `Bearer ${token}`, 'x-org-id': org } })).data
+      .balanceCents;
   const signupGrants = (userId: string) =>
-    h.deps.db.kysely.selectFrom('credit_ledger').select(['org_id', 'amount_cents']).where('kind', '=', 'signup_grant').where('actor_user_id', '=', userId).execute();
+    h.deps.db.kysely
+      .selectFrom('credit_ledger')
+      .select(['org_id', 'amount_cents'])
+      .where('kind', '=', 'signup_grant')
+      .where('actor_user_id', '=', userId)
+      .execute();
 
   it('a user creates at most HANGAR_MAX_ORGS_PER_USER organizations: the next is 429 limit_exceeded saying why', async () => {
     const user = await createUser(h.deps, { email: 'many@example.test' });
@@ -293,7 +303,12 @@ describe('organizations per user', () => {
     const other = await createOrgAdmin(h);
     const joiner = await createUser(h.deps, { email: 'joiner@example.test' });
     const joinerToken = await issueSessionToken(h.deps.config, joiner.id);
-    const added = await h.app.inject({ method: 'POST', url: `/v1/organizations/${other.orgId}/members`, headers: other.headers, payload: { email: 'joiner@example.test' } });
+    const added = await h.app.inject({
+      method: 'POST',
+      url: `/v1/organizations/${other.orgId}/members`,
+      headers: other.headers,
+      payload: { email: 'joiner@example.test' },
+    });
     expect(added.statusCode, added.body).toBe(201);
     for (let i = 0; i < 3; i++) expect((await createOrg(joinerToken, `Joiner ${i}`)).statusCode).toBe(201);
   });
@@ -317,7 +332,9 @@ describe('organizations per user', () => {
 
     const racer = await createUser(h.deps, { email: 'racer@example.test' });
     const racerToken = await issueSessionToken(h.deps.config, racer.id);
-    const orgs = (await Promise.all([createOrg(racerToken, 'R1'), createOrg(racerToken, 'R2'), createOrg(racerToken, 'R3')])).map((r) => json(r).data);
+    const orgs = (await Promise.all([createOrg(racerToken, 'R1'), createOrg(racerToken, 'R2'), createOrg(racerToken, 'R3')])).map(
+      (r) => json(r).data,
+    );
     const grants = await signupGrants(racer.id);
     expect(grants).toHaveLength(1);
     const balances = await Promise.all(orgs.map((o) => balance(racerToken, o.id)));

@@ -1,7 +1,19 @@
 import { z } from 'zod';
 import { envelope, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { AddMemberBody, CreateOrganizationBody, Me, Member, MemberParams, MemberRoleBody, Organization, OrgParam, Project, ResourcePins, ResourcePinsBody } from './schemas.js';
+import {
+  AddMemberBody,
+  CreateOrganizationBody,
+  Me,
+  Member,
+  MemberParams,
+  MemberRoleBody,
+  Organization,
+  OrgParam,
+  Project,
+  ResourcePins,
+  ResourcePinsBody,
+} from './schemas.js';
 import { addMemberByEmail, changeMemberRole, listMembers, removeMember } from './members.js';
 import {
   createOrganization,
@@ -51,13 +63,19 @@ export async function organizationRoutes(app: App) {
     '/v1/organizations/:id',
     {
       config: { scope: 'org:read' },
-      schema: { tags: ['organizations'], summary: 'Get an organization', params: IdParam, response: { 200: envelope(Organization), ...errorResponses } },
+      schema: {
+        tags: ['organizations'],
+        summary: 'Get an organization',
+        params: IdParam,
+        response: { 200: envelope(Organization), ...errorResponses },
+      },
     },
     async (req) => ok(req, await getOrganization(req.ctx, req.params.id)),
   );
 
   const membersTags = ['organizations'];
-  const inOrg = 'The organization in the path must be the one the request acts in (an API key’s; `X-Org-Id` for a session token); another is 404. Organization admins only.';
+  const inOrg =
+    'The organization in the path must be the one the request acts in (an API key’s; `X-Org-Id` for a session token); another is 404. Organization admins only.';
 
   app.get(
     '/v1/organizations/:id/members',
@@ -139,7 +157,8 @@ export async function organizationRoutes(app: App) {
       schema: {
         tags: ['organizations'],
         summary: 'Current profile',
-        description: 'The user, the organizations with the caller’s role, the organization this request acts in (`X-Org-Id` for session tokens) and its default project.',
+        description:
+          'The user, the organizations with the caller’s role, the organization this request acts in (`X-Org-Id` for session tokens) and its default project.',
         response: { 200: envelope(Me), ...errorResponses },
       },
     },
@@ -168,7 +187,12 @@ export async function organizationRoutes(app: App) {
     '/v1/projects/:id/resource-pins',
     {
       config: { scope: 'projects:read' },
-      schema: { tags: ['projects'], summary: 'Pinned resources of a project', params: IdParam, response: { 200: envelope(ResourcePins), ...errorResponses } },
+      schema: {
+        tags: ['projects'],
+        summary: 'Pinned resources of a project',
+        params: IdParam,
+        response: { 200: envelope(ResourcePins), ...errorResponses },
+      },
     },
     async (req) => ok(req, await getResourcePins(req.ctx, req.params.id)),
   );

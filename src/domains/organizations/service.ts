@@ -72,7 +72,9 @@ export async function createOrganization(ctx: Ctx, input: { name: string }): Pro
         .where('created_by_user_id', '=', userId)
         .executeTakeFirstOrThrow();
       if (Number(created.n) >= max) {
-        throw errors.limitExceeded(`you have created ${max} organizations, the most this server allows one user; ask an admin of an existing one to add you instead`);
+        throw errors.limitExceeded(
+          `you have created ${max} organizations, the most this server allows one user; ask an admin of an existing one to add you instead`,
+        );
       }
       const now = nowIso();
       const id = uuid();
@@ -132,7 +134,11 @@ export async function listMyOrganizations(ctx: Ctx): Promise<Organization[]> {
   // An API key belongs to one organization and sees only that one.
   if (ctx.principal.kind === 'api_key') q = q.where('o.id', '=', orgId(ctx));
   const rows = await q.orderBy('m.created_at').orderBy('o.id').execute();
-  const personal = await personalWorkspaceIds(ctx, userId, rows.map((r) => r.id));
+  const personal = await personalWorkspaceIds(
+    ctx,
+    userId,
+    rows.map((r) => r.id),
+  );
   return rows.map((r) => toOrganization(r, r.role, personal.get(r.id) ?? null));
 }
 
@@ -176,7 +182,10 @@ function projectsInOrg(ctx: Ctx) {
 
 /** Projects with their workspace id (storage owns workspaces and answers it). */
 async function withWorkspaces(ctx: Ctx, rows: Selectable<ProjectsTable>[]): Promise<Project[]> {
-  const workspaces = await projectWorkspaceIds(ctx, rows.map((r) => r.id));
+  const workspaces = await projectWorkspaceIds(
+    ctx,
+    rows.map((r) => r.id),
+  );
   return rows.map((r) => toProject({ ...r, workspace_id: workspaces.get(r.id) ?? null }));
 }
 
@@ -233,12 +242,7 @@ export async function replaceResourcePins(ctx: Ctx, projectId: string, items: { 
 /** Adds a user to an organization with a role and gives them a Personal workspace there. */
 export async function addMember(ctx: Ctx, org: string, userId: string, role: 'admin' | 'member'): Promise<{ personalWorkspaceId: string }> {
   return withTx(ctx, async (tx) => {
-    const exists = await exec(tx)
-      .selectFrom('memberships')
-      .select('role')
-      .where('org_id', '=', org)
-      .where('user_id', '=', userId)
-      .executeTakeFirst();
+    const exists = await exec(tx).selectFrom('memberships').select('role').where('org_id', '=', org).where('user_id', '=', userId).executeTakeFirst();
     if (exists) throw errors.conflict(`user ${userId} is already a member of organization ${org}`);
     await exec(tx).insertInto('memberships').values({ org_id: org, user_id: userId, role, created_at: nowIso() }).execute();
     const personal = await createWorkspace(tx, { org, kind: 'personal', name: 'Personal', ownerUserId: userId });

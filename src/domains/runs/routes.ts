@@ -59,7 +59,13 @@ export async function runRoutes(app: App, _deps: Deps) {
     '/v1/runs/:runId',
     {
       config: { scope: 'agent:read' },
-      schema: { tags, summary: 'Get a run', description: 'Your own runs.', params: RunParams, response: { 200: envelope(RunResult), ...errorResponses } },
+      schema: {
+        tags,
+        summary: 'Get a run',
+        description: 'Your own runs.',
+        params: RunParams,
+        response: { 200: envelope(RunResult), ...errorResponses },
+      },
     },
     async (req) => ok(req, await getRun(req.ctx, req.params.runId)),
   );

@@ -42,7 +42,15 @@ async function leftRunning(deps: Deps, actor: Actor, agentId: string, threadId: 
       status: 'running',
       result: null,
       error: null,
-      usage: JSON.stringify({ promptTokens: 0, completionTokens: 0, totalTokens: 0, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, reasoningTokens: 0 }),
+      usage: JSON.stringify({
+        promptTokens: 0,
+        completionTokens: 0,
+        totalTokens: 0,
+        inputTokens: 0,
+        outputTokens: 0,
+        cachedInputTokens: 0,
+        reasoningTokens: 0,
+      }),
       iterations: 1,
       node_id: nodeId,
       metadata: '{}',
@@ -113,11 +121,19 @@ describe('runs interrupted by a server stop', () => {
     expect(json(run).data).toMatchObject({ runId, status: 'failed', error: STOPPED });
     expect(json(run).data.finishedAt).toBeTruthy();
 
-    const events = json(await afterRestart(admin, 'GET', `/v1/threads/${thread}/events?limit=500`)).data.events as { type: string; runId: string | null; payload: any }[];
+    const events = json(await afterRestart(admin, 'GET', `/v1/threads/${thread}/events?limit=500`)).data.events as {
+      type: string;
+      runId: string | null;
+      payload: any;
+    }[];
     expect(events.filter((e) => e.runId === runId).map((e) => e.type)).toEqual(['run_started', 'user_message', 'run_completed']);
     expect(events.at(-1)!.payload).toMatchObject({ runId, status: 'failed', error: STOPPED });
 
-    const activity = json(await afterRestart(admin, 'GET', `/v1/activity?agent_run_id=${runId}`)).data.events as { eventType: string; status: string; summary: string }[];
+    const activity = json(await afterRestart(admin, 'GET', `/v1/activity?agent_run_id=${runId}`)).data.events as {
+      eventType: string;
+      status: string;
+      summary: string;
+    }[];
     expect(activity.map((a) => a.eventType)).toContain('agent.run.failed');
     expect(activity.find((a) => a.eventType === 'agent.run.failed')).toMatchObject({ status: 'failed', summary: STOPPED });
 

@@ -7,10 +7,26 @@ import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { securitySuite } from '../../../test/security.js';
 import { acquireRunLock, activeRun, releaseRunLock } from '../threads/index.js';
-import { expectError, readSse, until, } from '../../../test/helpers.js';
+import { expectError, readSse, until } from '../../../test/helpers.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-const RESULT_FIELDS = ['agent', 'createdAt', 'error', 'executionMode', 'finishedAt', 'iterations', 'model', 'result', 'rolloutId', 'runId', 'sandboxId', 'status', 'targetDeviceId', 'threadId', 'usage'];
+const RESULT_FIELDS = [
+  'agent',
+  'createdAt',
+  'error',
+  'executionMode',
+  'finishedAt',
+  'iterations',
+  'model',
+  'result',
+  'rolloutId',
+  'runId',
+  'sandboxId',
+  'status',
+  'targetDeviceId',
+  'threadId',
+  'usage',
+];
 
 interface ThreadEvent {
   sequence: number;
@@ -84,7 +100,12 @@ describe('runs on a configured provider', () => {
 
   /** POST /v1/run over the socket with `stream: true`. */
   const streamRun = (actor: Actor, body: Record<string, unknown>, signal?: AbortSignal) =>
-    fetch(`${base}/v1/run`, { method: 'POST', headers: { ...actor.headers, 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }), signal });
+    fetch(`${base}/v1/run`, {
+      method: 'POST',
+      headers: { ...actor.headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, stream: true }),
+      signal,
+    });
 
   describe('a plain answer with a managed agent', () => {
     let first: any;
@@ -129,7 +150,12 @@ describe('runs on a configured provider', () => {
     it('opened a new thread whose events tell the run', async () => {
       const thread = await c.call(admin, 'GET', `/v1/threads/${first.threadId}`);
       expect(thread.statusCode, thread.body).toBe(200);
-      expect(json(thread).data).toMatchObject({ id: first.threadId, ownerUserId: admin.userId, executionMode: 'managed', activeRolloutId: first.rolloutId });
+      expect(json(thread).data).toMatchObject({
+        id: first.threadId,
+        ownerUserId: admin.userId,
+        executionMode: 'managed',
+        activeRolloutId: first.rolloutId,
+      });
       const events = await c.events(admin, first.threadId);
       expect(events.map((e) => e.type)).toEqual(['run_started', 'user_message', 'assistant_message', 'run_completed']);
       for (const e of events) expect(e.runId).toBe(first.runId);
@@ -148,7 +174,18 @@ describe('runs on a configured provider', () => {
     it('records the model usage of the run, and its activity', async () => {
       const rows = await c.usageRows(first.runId);
       expect(rows).toHaveLength(1);
-      expect(rows[0]).toMatchObject({ source: 'run', run_id: first.runId, org_id: admin.orgId, user_id: admin.userId, model: 'm1', tier: 'platform', input_tokens: 12, output_tokens: 7, cached_input_tokens: 4, reasoning_tokens: 2 });
+      expect(rows[0]).toMatchObject({
+        source: 'run',
+        run_id: first.runId,
+        org_id: admin.orgId,
+        user_id: admin.userId,
+        model: 'm1',
+        tier: 'platform',
+        input_tokens: 12,
+        output_tokens: 7,
+        cached_input_tokens: 4,
+        reasoning_tokens: 2,
+      });
       const activity = (await c.activity(admin, 'plain')).filter((e) => e.agentRunId === first.runId);
       expect(activity.map((e) => e.eventType).sort()).toEqual(['agent.run.completed', 'agent.run.started']);
     });
@@ -165,14 +202,31 @@ describe('runs on a configured provider', () => {
         { role: 'user', content: 'How are you?' },
       ]);
       const types = (await c.events(admin, first.threadId)).map((e) => e.type);
-      expect(types).toEqual(['run_started', 'user_message', 'assistant_message', 'run_completed', 'run_started', 'user_message', 'assistant_message', 'run_completed']);
+      expect(types).toEqual([
+        'run_started',
+        'user_message',
+        'assistant_message',
+        'run_completed',
+        'run_started',
+        'user_message',
+        'assistant_message',
+        'run_completed',
+      ]);
     });
 
     it('takes messages (their parts or content) and a prompt together, the prompt last', async () => {
       fake.script({ text: 'noted' });
       const r = await c.ran(admin, {
         agent: 'plain',
-        messages: [{ parts: [{ type: 'text', text: 'First ' }, { type: 'text', text: 'part' }] }, { content: 'Second' }],
+        messages: [
+          {
+            parts: [
+              { type: 'text', text: 'First ' },
+              { type: 'text', text: 'part' },
+            ],
+          },
+          { content: 'Second' },
+        ],
         prompt: 'Third',
       });
       const text = 'First part\n\nSecond\n\nThird';
@@ -199,8 +253,17 @@ describe('runs on a configured provider', () => {
     expect(names[1]).toBe('user_message');
     expect(names.slice(-3)).toEqual(['assistant_message', 'run_completed', 'result']);
     const middle = names.slice(2, -3);
-    expect(middle).toEqual(['assistant_thinking_delta', 'assistant_thinking_delta', 'assistant_message_delta', 'assistant_message_delta', 'assistant_message_delta']);
-    const thinking = events.filter((e) => e.event === 'assistant_thinking_delta').map((e) => e.data.delta).join('');
+    expect(middle).toEqual([
+      'assistant_thinking_delta',
+      'assistant_thinking_delta',
+      'assistant_message_delta',
+      'assistant_message_delta',
+      'assistant_message_delta',
+    ]);
+    const thinking = events
+      .filter((e) => e.event === 'assistant_thinking_delta')
+      .map((e) => e.data.delta)
+      .join('');
     expect(thinking).toBe('Let me think');
     expect(events.filter((e) => e.event === 'assistant_message_delta').map((e) => e.data.delta)).toEqual(['One', ' two', ' three']);
 
@@ -212,7 +275,12 @@ describe('runs on a configured provider', () => {
     expect(durable[2]!.data.payload).toMatchObject({ text: 'One two three', reasoning: 'Let me think' });
 
     const result = events.at(-1)!.data;
-    expect(result).toMatchObject({ status: 'completed', result: 'One two three', iterations: 1, usage: { inputTokens: 9, outputTokens: 6, reasoningTokens: 2 } });
+    expect(result).toMatchObject({
+      status: 'completed',
+      result: 'One two three',
+      iterations: 1,
+      usage: { inputTokens: 9, outputTokens: 6, reasoningTokens: 2 },
+    });
     expect(durable[0]!.data.runId).toBe(result.runId);
     expect(durable[3]!.data.payload).toMatchObject({ status: 'completed', iterations: 1 });
     // What the stream said is what the thread kept.
@@ -233,12 +301,27 @@ describe('runs on a configured provider', () => {
         { text: 'The program printed its greeting.' },
       );
       first = await c.ran(admin, { agent: 'coder', prompt: 'Write hello.py and run it' });
-      expect(first).toMatchObject({ status: 'completed', executionMode: 'in_sandbox', iterations: 3, result: 'The program printed its greeting.', error: null });
+      expect(first).toMatchObject({
+        status: 'completed',
+        executionMode: 'in_sandbox',
+        iterations: 3,
+        result: 'The program printed its greeting.',
+        error: null,
+      });
       expect(first.sandboxId).toMatch(/^sbx_/);
       expect(fake.requests.length - before).toBe(3);
 
       const events = await c.events(admin, first.threadId);
-      expect(events.map((e) => e.type)).toEqual(['run_started', 'user_message', 'tool_call', 'tool_result', 'tool_call', 'tool_result', 'assistant_message', 'run_completed']);
+      expect(events.map((e) => e.type)).toEqual([
+        'run_started',
+        'user_message',
+        'tool_call',
+        'tool_result',
+        'tool_call',
+        'tool_result',
+        'assistant_message',
+        'run_completed',
+      ]);
       expect(events[0]!.payload.sandboxId).toBe(first.sandboxId);
       expect(events[2]!.payload).toMatchObject({ toolCallId: 'call_patch', name: 'apply_patch', input: { patch: createPatch } });
       expect(events[3]!.payload).toMatchObject({ toolCallId: 'call_patch', name: 'apply_patch', isError: false });
@@ -248,7 +331,12 @@ describe('runs on a configured provider', () => {
       expect(events[5]!.payload.output).toContain('hello from the sandbox');
       expect(events[7]!.payload).toMatchObject({ status: 'completed', iterations: 3 });
       // Each tool execution is counted for billing.
-      const counted = await h.deps.db.kysely.selectFrom('tool_executions').selectAll().where('run_id', '=', first.runId).orderBy('created_at').execute();
+      const counted = await h.deps.db.kysely
+        .selectFrom('tool_executions')
+        .selectAll()
+        .where('run_id', '=', first.runId)
+        .orderBy('created_at')
+        .execute();
       expect(counted.map((t) => [t.tool, t.status])).toEqual([
         ['apply_patch', 'completed'],
         ['exec_command', 'completed'],
@@ -275,7 +363,13 @@ describe('runs on a configured provider', () => {
       expect(res.statusCode, res.body).toBe(200);
       const events = json(res).data.events;
       expect(events).toHaveLength(1);
-      expect(events[0]).toMatchObject({ resourceType: 'thread', resourceId: first.threadId, threadId: first.threadId, sandboxId: first.sandboxId, status: 'completed' });
+      expect(events[0]).toMatchObject({
+        resourceType: 'thread',
+        resourceId: first.threadId,
+        threadId: first.threadId,
+        sandboxId: first.sandboxId,
+        status: 'completed',
+      });
     });
 
     it('the sandbox exists and the file is in it', async () => {
@@ -315,7 +409,11 @@ describe('runs on a configured provider', () => {
       expect(json(cat).data.stdout).toBe(`${program}\n`);
       const failed = await c.call(admin, 'GET', `/v1/activity?event_type=tool.call.failed&agent_run_id=${second.runId}`);
       expect(failed.statusCode, failed.body).toBe(200);
-      expect(json(failed).data.events.map((e: any) => e.toolSlug).sort()).toEqual(['apply_patch', 'write_stdin']);
+      expect(
+        json(failed)
+          .data.events.map((e: any) => e.toolSlug)
+          .sort(),
+      ).toEqual(['apply_patch', 'write_stdin']);
     });
 
     it('stops at config.maxTurns when the model keeps calling tools', async () => {
@@ -327,7 +425,10 @@ describe('runs on a configured provider', () => {
       expect(r.error).toContain('maxTurns');
       expect(fake.requests.length - before).toBe(2);
       const events = await c.runEvents(admin, first.threadId, r.runId);
-      expect(events.filter((e) => e.type === 'tool_result').map((e) => e.payload.output)).toEqual([expect.stringContaining('again'), expect.stringContaining('again')]);
+      expect(events.filter((e) => e.type === 'tool_result').map((e) => e.payload.output)).toEqual([
+        expect.stringContaining('again'),
+        expect.stringContaining('again'),
+      ]);
       expect(events.at(-1)).toMatchObject({ type: 'run_completed', payload: { status: 'max_turns', iterations: 2 } });
       const activity = (await c.activity(admin, 'coder')).filter((e) => e.agentRunId === r.runId);
       expect(activity.map((e) => e.eventType).sort()).toEqual(['agent.run.failed', 'agent.run.started']);
@@ -480,7 +581,11 @@ describe('runs on a configured provider', () => {
 
   it('a non-streaming run over a real socket waits for its answer', async () => {
     fake.script({ text: ['slow', ' but', ' sure'], chunkDelayMs: 50 });
-    const res = await fetch(`${base}/v1/run`, { method: 'POST', headers: { ...admin.headers, 'content-type': 'application/json' }, body: JSON.stringify({ agent: 'plain', prompt: 'Take your time' }) });
+    const res = await fetch(`${base}/v1/run`, {
+      method: 'POST',
+      headers: { ...admin.headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ agent: 'plain', prompt: 'Take your time' }),
+    });
     expect(res.status).toBe(200);
     expect((await res.json()).data).toMatchObject({ status: 'completed', result: 'slow but sure' });
   });
@@ -493,7 +598,8 @@ describe('runs on a configured provider', () => {
       expect(err.message).toContain('OPENAI_API_KEY');
       expect(err.message).toContain('/v1/secrets');
       expect(fake.requests.length).toBe(before);
-      const listed = async () => json(await c.call(admin, 'GET', '/v1/models/available')).data.byok.find((m: any) => m.model === 'byok/openai/gpt-4o-mini');
+      const listed = async () =>
+        json(await c.call(admin, 'GET', '/v1/models/available')).data.byok.find((m: any) => m.model === 'byok/openai/gpt-4o-mini');
       expect(await listed()).toMatchObject({ requiresSecret: 'OPENAI_API_KEY', available: false });
       await c.putSecret(admin, 'OPENAI_API_KEY', 'sk-user-own');
       expect(await listed()).toMatchObject({ requiresSecret: 'OPENAI_API_KEY', available: true });
@@ -514,7 +620,12 @@ describe('runs on a configured provider', () => {
     });
 
     it('neither a prompt nor messages with text is 400', async () => {
-      for (const body of [{ agent: 'plain' }, { agent: 'plain', messages: [] }, { agent: 'plain', messages: [{ content: '  ' }] }, { agent: 'plain', prompt: '' }]) {
+      for (const body of [
+        { agent: 'plain' },
+        { agent: 'plain', messages: [] },
+        { agent: 'plain', messages: [{ content: '  ' }] },
+        { agent: 'plain', prompt: '' },
+      ]) {
         const err = expectError(await c.run(admin, body), 400, 'invalid_request');
         expect(err.message, JSON.stringify(body)).toContain('prompt');
       }
@@ -550,7 +661,14 @@ describe('runs on a configured provider', () => {
       await c.agent(admin, { slug: 'desk', executionMode: 'local-desktop', targetDeviceId: 'dev_1', model: 'm1' });
       const before = fake.requests.length;
       const r = await c.ran(admin, { agent: 'desk', prompt: 'Open my editor' });
-      expect(r).toMatchObject({ status: 'registered', executionMode: 'local-desktop', targetDeviceId: 'dev_1', sandboxId: null, result: null, iterations: 0 });
+      expect(r).toMatchObject({
+        status: 'registered',
+        executionMode: 'local-desktop',
+        targetDeviceId: 'dev_1',
+        sandboxId: null,
+        result: null,
+        iterations: 0,
+      });
       expect(fake.requests.length).toBe(before);
       const events = await c.events(admin, r.threadId);
       expect(events.map((e) => e.type)).toEqual(['run_started', 'user_message']);
@@ -607,14 +725,27 @@ describe('runs on models from a models file', () => {
 
     fake.script({ text: 'on your dime', usage: { prompt: 20, completion: 4 } });
     const r = await c.ran(admin, { agent: 'mine', prompt: 'Hi' });
-    expect(r).toMatchObject({ status: 'completed', result: 'on your dime', model: 'byok/fake', usage: { inputTokens: 20, outputTokens: 4, totalTokens: 24 } });
+    expect(r).toMatchObject({
+      status: 'completed',
+      result: 'on your dime',
+      model: 'byok/fake',
+      usage: { inputTokens: 20, outputTokens: 4, totalTokens: 24 },
+    });
     expect(fake.requests).toHaveLength(1);
     expect(fake.requests[0]!.headers.authorization).toBe('Bearer sk-users-own-key');
     expect(fake.requests[0]!.body.model).toBe('x');
     expect(fake.requests[0]!.body.messages[0]).toEqual({ role: 'system', content: 'Use my key.' });
     const rows = await c.usageRows(r.runId);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ source: 'run', run_id: r.runId, tier: 'byok', model: 'byok/fake', cost_micros: 0, input_tokens: 20, output_tokens: 4 });
+    expect(rows[0]).toMatchObject({
+      source: 'run',
+      run_id: r.runId,
+      tier: 'byok',
+      model: 'byok/fake',
+      cost_micros: 0,
+      input_tokens: 20,
+      output_tokens: 4,
+    });
   });
 
   it('a platform model whose provider is not configured is 503 naming what to configure', async () => {
@@ -630,7 +761,12 @@ let desks = 0;
 /** A run of `owner`'s that needs no model: a local-desktop agent's, registered. */
 async function registeredRun(owner: Actor, h: Harness): Promise<string> {
   const slug = `desk-${++desks}`;
-  const agent = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: owner.headers, payload: { slug, executionMode: 'local-desktop', targetDeviceId: 'dev_sec' } });
+  const agent = await h.app.inject({
+    method: 'POST',
+    url: '/v1/agents',
+    headers: owner.headers,
+    payload: { slug, executionMode: 'local-desktop', targetDeviceId: 'dev_sec' },
+  });
   expect(agent.statusCode, agent.body).toBe(201);
   const res = await h.app.inject({ method: 'POST', url: '/v1/run', headers: owner.headers, payload: { agent: slug, prompt: 'hi' } });
   expect(res.statusCode, res.body).toBe(200);

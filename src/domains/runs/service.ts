@@ -44,7 +44,15 @@ export type RunFrame = DurableFrame | TransientFrame;
 /** The runs domain's state in one app: its runs in progress, for cancel. */
 export const RUN_STATE = stateKey('runs', () => ({ active: new Map<string, AbortController>() }));
 
-const emptyUsage = (): RunUsage => ({ promptTokens: 0, completionTokens: 0, totalTokens: 0, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0, reasoningTokens: 0 });
+const emptyUsage = (): RunUsage => ({
+  promptTokens: 0,
+  completionTokens: 0,
+  totalTokens: 0,
+  inputTokens: 0,
+  outputTokens: 0,
+  cachedInputTokens: 0,
+  reasoningTokens: 0,
+});
 
 function toResult(row: RunRow): RunResult {
   return {
@@ -151,7 +159,10 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   const text = userText(body);
   const tools = JSON.parse(agent.tools) as string[];
   if (tools.includes('web_search')) {
-    throw errors.invalidField('agent', `agent "${agent.slug}" needs web_search, and this server has no search provider configured; remove the tool from the agent`);
+    throw errors.invalidField(
+      'agent',
+      `agent "${agent.slug}" needs web_search, and this server has no search provider configured; remove the tool from the agent`,
+    );
   }
   const mode = agent.execution_mode;
   const cfg = { ...(JSON.parse(agent.config) as RunBody['config']), ...body.config };
@@ -162,11 +173,14 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   }
 
   const thread = body.threadId
-    ? (await findThread(ctx, body.threadId).then((t) => {
+    ? await findThread(ctx, body.threadId).then((t) => {
         if (t.view !== 'owner') throw errors.forbidden('only the thread’s owner can run on it');
         return t.row;
-      }))
-    : await createThread(ctx, { title: text.slice(0, 80), executionMode: mode, agentId: agent.id }).then((t) => ({ id: t.id, active_rollout_id: t.activeRolloutId }));
+      })
+    : await createThread(ctx, { title: text.slice(0, 80), executionMode: mode, agentId: agent.id }).then((t) => ({
+        id: t.id,
+        active_rollout_id: t.activeRolloutId,
+      }));
   const threadId = thread.id;
   const runId = uuid();
   const lock = await acquireRunLock(deps, threadId, runId, LOCK_TTL_MS);
@@ -204,7 +218,11 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
 
   let lastSequence = 0;
   const durable = async (frames: DurableInput[]) => {
-    const events = await appendDurable(deps, threadId, frames.map((f) => ({ ...f, runId })));
+    const events = await appendDurable(
+      deps,
+      threadId,
+      frames.map((f) => ({ ...f, runId })),
+    );
     for (const e of events) {
       lastSequence = e.sequence;
       opts.emit?.(e);
@@ -224,12 +242,31 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
   try {
     await withTx(ctx, async (tx) => {
       await exec(tx).insertInto('agent_runs').values(row).execute();
-      await recordActivity(tx, { resourceType: 'agent', resourceId: agent.id, agentRunId: runId, threadId, eventType: 'agent.run.started', status: 'started', title: `Run of ${agent.slug} started`, metadata: { executionMode: mode, model: agent.model } });
+      await recordActivity(tx, {
+        resourceType: 'agent',
+        resourceId: agent.id,
+        agentRunId: runId,
+        threadId,
+        eventType: 'agent.run.started',
+        status: 'started',
+        title: `Run of ${agent.slug} started`,
+        metadata: { executionMode: mode, model: agent.model },
+      });
     });
     if (mode === 'in_sandbox') row.sandbox_id = await threadSandbox(ctx, threadId, agent);
     publishLive = await transientPublisher(ctx, threadId, row.rollout_id ?? '');
     await durable([
-      { type: 'run_started', payload: { runId, agent: agent.slug, model: agent.model, executionMode: ExecutionMode.parse(mode), sandboxId: row.sandbox_id, targetDeviceId: row.target_device_id } },
+      {
+        type: 'run_started',
+        payload: {
+          runId,
+          agent: agent.slug,
+          model: agent.model,
+          executionMode: ExecutionMode.parse(mode),
+          sandboxId: row.sandbox_id,
+          targetDeviceId: row.target_device_id,
+        },
+      },
       { type: 'user_message', payload: { text } },
     ]);
     if (mode === 'local-desktop') {
@@ -309,28 +346,70 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
         await durable([{ type: 'tool_call', payload: { toolCallId: c.id, name: c.name, input: c.input } }]);
         await live(transientFrames.toolCallStarted(origin(), c.id, c.name));
         const toolStarted = Date.now();
-        const outcome = sandboxAgent && c.name in toolSet
-          ? await runTool(c.name, c.input, { agent: sandboxAgent, pids, signal: controller.signal, onOutput: (chunk) => void live(transientFrames.toolOutputDelta(origin(), c.id, chunk)) })
-          : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
+        const outcome =
+          sandboxAgent && c.name in toolSet
+            ? await runTool(c.name, c.input, {
+                agent: sandboxAgent,
+                pids,
+                signal: controller.signal,
+                onOutput: (chunk) => void live(transientFrames.toolOutputDelta(origin(), c.id, chunk)),
+              })
+            : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
         // The execution record and, for a failure, its activity row: one transaction.
         await withTx(ctx, async (tx) => {
           await exec(tx)
             .insertInto('tool_executions')
-            .values({ id: prefixedId('tex'), org_id: row.org_id, user_id: ctx.principal.userId, run_id: runId, tool: c.name, status: outcome.isError ? 'failed' : 'completed', duration_ms: Date.now() - toolStarted, created_at: nowIso() })
+            .values({
+              id: prefixedId('tex'),
+              org_id: row.org_id,
+              user_id: ctx.principal.userId,
+              run_id: runId,
+              tool: c.name,
+              status: outcome.isError ? 'failed' : 'completed',
+              duration_ms: Date.now() - toolStarted,
+              created_at: nowIso(),
+            })
             .execute();
           if (outcome.isError) {
-            await recordActivity(tx, { resourceType: 'tool', resourceId: c.name, toolSlug: c.name, agentRunId: runId, threadId, eventType: 'tool.call.failed', status: 'failed', title: `Tool ${c.name} failed`, summary: outcome.output.slice(0, 500) });
+            await recordActivity(tx, {
+              resourceType: 'tool',
+              resourceId: c.name,
+              toolSlug: c.name,
+              agentRunId: runId,
+              threadId,
+              eventType: 'tool.call.failed',
+              status: 'failed',
+              title: `Tool ${c.name} failed`,
+              summary: outcome.output.slice(0, 500),
+            });
           }
         });
         if (controller.signal.aborted) throw new CancelledError();
         await live(transientFrames.toolCallCompleted(origin(), c.id, c.name, outcome.isError));
-        await durable([{ type: 'tool_result', payload: { toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError, ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}) } }]);
+        await durable([
+          {
+            type: 'tool_result',
+            payload: {
+              toolCallId: c.id,
+              name: c.name,
+              output: outcome.output,
+              isError: outcome.isError,
+              ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}),
+            },
+          },
+        ]);
         results.push({
           type: 'tool-result',
           toolCallId: c.id,
           toolName: c.name,
           output: outcome.image
-            ? { type: 'content', value: [{ type: 'text', text: outcome.output }, { type: 'image-data', data: outcome.image.data, mediaType: outcome.image.mediaType }] }
+            ? {
+                type: 'content',
+                value: [
+                  { type: 'text', text: outcome.output },
+                  { type: 'image-data', data: outcome.image.data, mediaType: outcome.image.mediaType },
+                ],
+              }
             : outcome.isError
               ? { type: 'error-text', value: outcome.output }
               : { type: 'text', value: outcome.output },
@@ -339,14 +418,22 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
       messages.push({ role: 'tool', content: results } as ModelMessage);
     }
 
-    return await finish(ctx, row, agent, { status, result: finalText, error: status === 'max_turns' ? `stopped after ${maxTurns} model turns (config.maxTurns)` : null, usage }, durable);
+    return await finish(
+      ctx,
+      row,
+      agent,
+      { status, result: finalText, error: status === 'max_turns' ? `stopped after ${maxTurns} model turns (config.maxTurns)` : null, usage },
+      durable,
+    );
   } catch (err) {
     const cancelled = err instanceof CancelledError || controller.signal.aborted;
     // A failure inside the model stream (the SDK's own error) is the provider's, named as such.
     const failure = cancelled ? null : err instanceof AppError ? err : model ? providerError(err, model.entry.id) : null;
     const message = cancelled ? 'the run was cancelled' : (failure?.message ?? (err as Error).message);
     if (!cancelled && !failure) deps.log.error({ err, runId }, 'run failed');
-    const result = await finish(ctx, row, agent, { status: cancelled ? 'cancelled' : 'failed', result: null, error: message, usage }, durable).catch(() => null);
+    const result = await finish(ctx, row, agent, { status: cancelled ? 'cancelled' : 'failed', result: null, error: message, usage }, durable).catch(
+      () => null,
+    );
     if (result) return result;
     throw err;
   } finally {
@@ -368,16 +455,32 @@ async function finish(
   const finishedAt = nowIso();
   end.usage.promptTokens = end.usage.inputTokens;
   end.usage.completionTokens = end.usage.outputTokens;
-  Object.assign(row, { status: end.status, result: JSON.stringify(end.result), error: end.error, usage: JSON.stringify(end.usage), finished_at: finishedAt });
+  Object.assign(row, {
+    status: end.status,
+    result: JSON.stringify(end.result),
+    error: end.error,
+    usage: JSON.stringify(end.usage),
+    finished_at: finishedAt,
+  });
   // The thread first (its last frame, then its lock), the run record last: whoever sees the run finished can
   // start the next one on the thread at once.
-  await durable([{ type: 'run_completed', payload: { runId: row.id, status: end.status, usage: end.usage, iterations: row.iterations, error: end.error } }]);
+  await durable([
+    { type: 'run_completed', payload: { runId: row.id, status: end.status, usage: end.usage, iterations: row.iterations, error: end.error } },
+  ]);
   await releaseRunLock(ctx.deps, row.thread_id, row.id);
   const ok = end.status === 'completed';
   await withTx(ctx, async (tx) => {
     await exec(tx)
       .updateTable('agent_runs')
-      .set({ status: row.status, result: row.result, error: row.error, usage: row.usage, iterations: row.iterations, sandbox_id: row.sandbox_id, finished_at: finishedAt })
+      .set({
+        status: row.status,
+        result: row.result,
+        error: row.error,
+        usage: row.usage,
+        iterations: row.iterations,
+        sandbox_id: row.sandbox_id,
+        finished_at: finishedAt,
+      })
       .where('id', '=', row.id)
       .execute();
     await recordActivity(tx, {
@@ -430,9 +533,19 @@ export async function failOrphanedRun(deps: Deps, row: RunRow): Promise<RunResul
   if (Number(claimed.numUpdatedRows) !== 1) return null;
   const ctx = systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(), apiKeyId: null });
   const durable = async (frames: DurableInput[]) =>
-    appendDurable(deps, row.thread_id, frames.map((f) => ({ ...f, runId: row.id }))).catch((err: unknown) => {
+    appendDurable(
+      deps,
+      row.thread_id,
+      frames.map((f) => ({ ...f, runId: row.id })),
+    ).catch((err: unknown) => {
       if (err instanceof AppError && err.code === 'not_found') return []; // its thread was deleted meanwhile
       throw err;
     });
-  return finish(ctx, { ...row }, { id: row.agent_id, slug: row.agent_slug }, { status: 'failed', result: null, error: ORPHANED_RUN_ERROR, usage: JSON.parse(row.usage) as RunUsage }, durable);
+  return finish(
+    ctx,
+    { ...row },
+    { id: row.agent_id, slug: row.agent_slug },
+    { status: 'failed', result: null, error: ORPHANED_RUN_ERROR, usage: JSON.parse(row.usage) as RunUsage },
+    durable,
+  );
 }

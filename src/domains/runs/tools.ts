@@ -23,9 +23,16 @@ const OUTPUT_CAP = 32 * 1024;
 const DEFAULT_TIMEOUT_MS = 60_000;
 const MAX_TIMEOUT_MS = 15 * 60_000;
 const IMAGE_MAX_BYTES = 5 * 1024 * 1024;
-const IMAGE_TYPES: Record<string, string> = { '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.gif': 'image/gif', '.webp': 'image/webp' };
+const IMAGE_TYPES: Record<string, string> = {
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.gif': 'image/gif',
+  '.webp': 'image/webp',
+};
 
-const schema = (properties: Record<string, unknown>, required: string[]) => jsonSchema({ type: 'object', properties, required, additionalProperties: false } as never);
+const schema = (properties: Record<string, unknown>, required: string[]) =>
+  jsonSchema({ type: 'object', properties, required, additionalProperties: false } as never);
 
 /** The definitions the model gets (no `execute`: the run loop executes calls itself, streaming their output into the thread). */
 export function toolDefinitions(names: readonly string[]): ToolSet {
@@ -157,7 +164,10 @@ export async function runTool(name: string, input: unknown, env: ToolEnv): Promi
         const { pid } = await env.agent.startProcess({ cmd, timeoutMs: 60_000 });
         const r = await collect(env, pid, true);
         const ok = r.exit?.exitCode === 0;
-        return { output: ok ? `applied:\n${r.stdout.trim()}` : `the patch does not apply; nothing was changed:\n${cap(r.stdout + r.stderr).trim()}`, isError: !ok };
+        return {
+          output: ok ? `applied:\n${r.stdout.trim()}` : `the patch does not apply; nothing was changed:\n${cap(r.stdout + r.stderr).trim()}`,
+          isError: !ok,
+        };
       }
       case 'view_image': {
         const p = str(args.path, 'path');
@@ -171,7 +181,11 @@ export async function runTool(name: string, input: unknown, env: ToolEnv): Promi
         }
         const chunks: Buffer[] = [];
         for await (const c of stream) chunks.push(c as Buffer);
-        return { output: `image ${abs} (${mediaType}, ${size} bytes)`, isError: false, image: { data: Buffer.concat(chunks).toString('base64'), mediaType } };
+        return {
+          output: `image ${abs} (${mediaType}, ${size} bytes)`,
+          isError: false,
+          image: { data: Buffer.concat(chunks).toString('base64'), mediaType },
+        };
       }
       default:
         return { output: `unknown tool ${name}`, isError: true };

@@ -26,7 +26,8 @@ export async function startCommand(ctx: Ctx, id: string, body: CommandBody): Pro
   requireScope(ctx, 'sandbox:write');
   const { agent, row } = await agentOf(ctx, id);
   if (body.keepStdin && !body.background) throw errors.invalidField('keepStdin', 'applies to background commands only');
-  if (body.keepStdin && body.stdin !== undefined) throw errors.invalidField('stdin', 'give stdin with POST /processes/{pid}/stdin when keepStdin is true');
+  if (body.keepStdin && body.stdin !== undefined)
+    throw errors.invalidField('stdin', 'give stdin with POST /processes/{pid}/stdin when keepStdin is true');
   const { pid } = await agent.startProcess({
     cmd: body.cmd,
     cwd: body.cwd === undefined ? await templateWorkdir(ctx, row.template_slug, row.template_id) : normalizeSandboxPath(body.cwd, 'cwd'),

@@ -127,7 +127,8 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Pause a sandbox',
-        description: 'Freezes every process (cgroup freezer); memory and files are kept and runtime metering stops. 409 `invalid_state` unless running.',
+        description:
+          'Freezes every process (cgroup freezer); memory and files are kept and runtime metering stops. 409 `invalid_state` unless running.',
         params: SandboxParams,
         response: { 200: envelope(Sandbox), ...withUnavailable },
       },
@@ -158,7 +159,8 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Destroy a sandbox',
-        description: 'Kills its processes and deletes its container and writable layer. The record stays (state `destroyed`) for its activity and usage.',
+        description:
+          'Kills its processes and deletes its container and writable layer. The record stays (state `destroyed`) for its activity and usage.',
         params: SandboxParams,
         response: { 204: z.null(), ...withUnavailable },
       },
@@ -349,7 +351,11 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         const stream = openEventStream(reply);
         const controller = new AbortController();
         stream.signal.addEventListener('abort', () => controller.abort());
-        await relayOutput(stream, agent.output(pid, { follow: req.query.follow, after: req.query.after, signal: controller.signal }), controller.signal);
+        await relayOutput(
+          stream,
+          agent.output(pid, { follow: req.query.follow, after: req.query.after, signal: controller.signal }),
+          controller.signal,
+        );
         return;
       }
       const r = await collect(agent.output(pid, { follow: false, after: req.query.after }));
@@ -466,7 +472,13 @@ export async function sandboxRoutes(app: App, deps: Deps) {
     '/v1/sandboxes/:id/folders',
     {
       config: { scope: 'sandbox:write' },
-      schema: { tags, summary: 'Make a folder (with its parents)', params: SandboxParams, body: FolderBody, response: { 201: envelope(FileEntry), ...withUnavailable } },
+      schema: {
+        tags,
+        summary: 'Make a folder (with its parents)',
+        params: SandboxParams,
+        body: FolderBody,
+        response: { 201: envelope(FileEntry), ...withUnavailable },
+      },
     },
     async (req, reply) => {
       const { agent } = await agentOf(req.ctx, req.params.id);
@@ -478,7 +490,14 @@ export async function sandboxRoutes(app: App, deps: Deps) {
     '/v1/sandboxes/:id/move',
     {
       config: { scope: 'sandbox:write' },
-      schema: { tags, summary: 'Move or rename a file or folder', description: '409 when the target exists.', params: SandboxParams, body: MoveFileBody, response: { 200: envelope(FileEntry), ...withUnavailable } },
+      schema: {
+        tags,
+        summary: 'Move or rename a file or folder',
+        description: '409 when the target exists.',
+        params: SandboxParams,
+        body: MoveFileBody,
+        response: { 200: envelope(FileEntry), ...withUnavailable },
+      },
     },
     async (req) => {
       const { agent } = await agentOf(req.ctx, req.params.id);

@@ -40,7 +40,15 @@ function insideRequests(id: string, pid: number): Array<[string, InjectOptions]>
     ['printenv', { method: 'POST', url: `/v1/sandboxes/${id}/commands`, payload: { cmd: 'printenv SECRET' } }],
     ['list files', { method: 'GET', url: `/v1/sandboxes/${id}/files?path=/home/user` }],
     ['read file', { method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=/home/user/note.txt` }],
-    ['write file', { method: 'PUT', url: `/v1/sandboxes/${id}/files/content?path=/home/user/evil.txt`, payload: 'evil', headers: { 'content-type': 'text/plain' } }],
+    [
+      'write file',
+      {
+        method: 'PUT',
+        url: `/v1/sandboxes/${id}/files/content?path=/home/user/evil.txt`,
+        payload: 'evil',
+        headers: { 'content-type': 'text/plain' },
+      },
+    ],
     ['mkdir', { method: 'POST', url: `/v1/sandboxes/${id}/folders`, payload: { path: '/home/user/evil' } }],
     ['move', { method: 'POST', url: `/v1/sandboxes/${id}/move`, payload: { from: '/home/user/note.txt', to: '/home/user/moved.txt' } }],
     ['delete file', { method: 'DELETE', url: `/v1/sandboxes/${id}/files?path=/home/user/note.txt` }],
@@ -50,10 +58,18 @@ function insideRequests(id: string, pid: number): Array<[string, InjectOptions]>
 /** What the owner can do (the control), and what another member and an admin get. */
 async function expectOwnerOnly(owner: Actor, id: string, secretCmd = 'printenv SECRET') {
   // Control: the owner reaches everything, including its secret.
-  const env = await call(owner, { method: 'POST', url: `/v1/sandboxes/${id}/commands`, payload: { cmd: `${secretCmd}; echo note > /home/user/note.txt` } });
+  const env = await call(owner, {
+    method: 'POST',
+    url: `/v1/sandboxes/${id}/commands`,
+    payload: { cmd: `${secretCmd}; echo note > /home/user/note.txt` },
+  });
   expect(env.statusCode, env.body).toBe(200);
   expect(json(env).data.stdout).toBe('x\n');
-  const bg = await call(owner, { method: 'POST', url: `/v1/sandboxes/${id}/commands`, payload: { cmd: 'sleep 600', background: true, keepStdin: true } });
+  const bg = await call(owner, {
+    method: 'POST',
+    url: `/v1/sandboxes/${id}/commands`,
+    payload: { cmd: 'sleep 600', background: true, keepStdin: true },
+  });
   expect(bg.statusCode, bg.body).toBe(201);
   const pid = json(bg).data.pid as number;
   const reads = insideRequests(id, pid).filter(([, r]) => r.method === 'GET');
@@ -88,7 +104,10 @@ async function expectOwnerOnly(owner: Actor, id: string, secretCmd = 'printenv S
     const meta = await call(otherAdmin, { method: 'GET', url: `/v1/sandboxes/${id}` });
     expect(meta.statusCode).toBe(200);
     expect(json(meta).data.ownerUserId).toBe(owner.userId);
-    const adminList = json(await call(otherAdmin, { method: 'GET', url: '/v1/sandboxes?limit=100' })).data as Array<{ id: string; ownerUserId: string }>;
+    const adminList = json(await call(otherAdmin, { method: 'GET', url: '/v1/sandboxes?limit=100' })).data as Array<{
+      id: string;
+      ownerUserId: string;
+    }>;
     expect(adminList.find((s) => s.id === id)?.ownerUserId).toBe(owner.userId);
     expect((await call(otherAdmin, { method: 'GET', url: `/v1/sandboxes/${id}/activity` })).statusCode).toBe(200);
     for (const [what, req] of insideRequests(id, pid)) {
@@ -149,7 +168,12 @@ describe('the sandbox of an admin’s private thread, made by a run', () => {
     expect(sandboxId).toMatch(/^sbx_/);
     expect((await call(member, { method: 'GET', url: `/v1/threads/${threadId}` })).statusCode).toBe(404);
     // The owner keeps a secret in the thread's sandbox, as an agent's work would.
-    const put = await call(admin, { method: 'PUT', url: `/v1/sandboxes/${sandboxId}/files/content?path=/home/user/secret`, payload: 'x\n', headers: { 'content-type': 'text/plain' } });
+    const put = await call(admin, {
+      method: 'PUT',
+      url: `/v1/sandboxes/${sandboxId}/files/content?path=/home/user/secret`,
+      payload: 'x\n',
+      headers: { 'content-type': 'text/plain' },
+    });
     expect(put.statusCode, put.body).toBe(200);
     await expectOwnerOnly(admin, sandboxId, 'cat /home/user/secret');
     await call(admin, { method: 'DELETE', url: `/v1/sandboxes/${sandboxId}` });

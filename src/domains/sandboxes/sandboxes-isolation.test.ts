@@ -57,7 +57,12 @@ const probe = (label: string, ip: string, port: number) =>
   `(timeout 3 bash -c 'echo > /dev/tcp/${ip}/${port}' 2>/dev/null && echo ${label}=reached || echo ${label}=blocked)`;
 
 function probeResults(stdout: string): Record<string, string> {
-  return Object.fromEntries(stdout.trim().split('\n').map((l) => l.split('=') as [string, string]));
+  return Object.fromEntries(
+    stdout
+      .trim()
+      .split('\n')
+      .map((l) => l.split('=') as [string, string]),
+  );
 }
 
 /** Whether the host itself can open a TCP connection to ip:port. */
@@ -117,7 +122,12 @@ describe('pause and resume', () => {
 
   it('keeps files written before a pause', async () => {
     const content = `kept ${randomBytes(8).toString('hex')}`;
-    const put = await h.app.inject({ method: 'PUT', url: `/v1/sandboxes/${id}/files/content?path=notes/kept.txt`, headers: admin.headers, payload: content });
+    const put = await h.app.inject({
+      method: 'PUT',
+      url: `/v1/sandboxes/${id}/files/content?path=notes/kept.txt`,
+      headers: admin.headers,
+      payload: content,
+    });
     expect(put.statusCode).toBe(200);
     await run(id, 'echo from-shell > /tmp/shell.txt');
     expect((await lifecycle(id, 'pause')).statusCode).toBe(200);
@@ -176,7 +186,13 @@ describe('two sandboxes', () => {
 
     const passwd = await readFile(b, '/etc/passwd');
     const write = await run(b, 'echo "evil:x:0:0::/root:/bin/bash" >> /etc/passwd; echo $?; touch /usr/bin/evil; echo $?; touch /evil; echo $?');
-    expect(write.stdout.trim().split('\n').map(Number).every((code) => code !== 0)).toBe(true);
+    expect(
+      write.stdout
+        .trim()
+        .split('\n')
+        .map(Number)
+        .every((code) => code !== 0),
+    ).toBe(true);
     expect(write.stderr).toContain('Permission denied');
     expect(await readFile(b, '/etc/passwd')).toBe(passwd);
     expect((await run(b, 'ls /usr/bin/evil /evil')).exitCode).not.toBe(0);
@@ -249,7 +265,13 @@ describe('network', () => {
       b,
       `${[probe('sandboxA', ipA!, 8000), probe('hostIp', hostIp, port), probe('gateway', gateway!, port), probe('hostPostgres', hostIp, 5432), probe('loopback', '127.0.0.1', hangarPort)].join(' & ')} & wait`,
     );
-    expect(probeResults(fromB.stdout)).toEqual({ sandboxA: 'blocked', hostIp: 'blocked', gateway: 'blocked', hostPostgres: 'blocked', loopback: 'blocked' });
+    expect(probeResults(fromB.stdout)).toEqual({
+      sandboxA: 'blocked',
+      hostIp: 'blocked',
+      gateway: 'blocked',
+      hostPostgres: 'blocked',
+      loopback: 'blocked',
+    });
   });
 });
 
@@ -263,7 +285,13 @@ describe('network: private ranges and the host’s own addresses', () => {
   const n = 1 + (parseInt(tag, 16) % 250);
   const ns = `hgtest-${tag}`;
   const hostSide = `hgt${tag}`;
-  const far = { rfc1918a: `10.254.${n}.2`, rfc1918b: `172.31.${n}.2`, rfc1918c: `192.168.${n}.2`, cgnat: `100.64.${n}.2`, ula: `fd00:${n.toString(16)}::2` };
+  const far = {
+    rfc1918a: `10.254.${n}.2`,
+    rfc1918b: `172.31.${n}.2`,
+    rfc1918c: `192.168.${n}.2`,
+    cgnat: `100.64.${n}.2`,
+    ula: `fd00:${n.toString(16)}::2`,
+  };
   const near = { rfc1918a: `10.254.${n}.1`, ula: `fd00:${n.toString(16)}::1` };
   let listener: ChildProcess;
   let port: number;
@@ -282,14 +310,29 @@ describe('network: private ranges and the host’s own addresses', () => {
     ipIn('link', 'set', 'lan0', 'up');
     ipIn('route', 'add', 'default', 'via', near.rfc1918a);
     port = 20_000 + Math.floor(Math.random() * 20_000);
-    listener = spawn('ip', ['netns', 'exec', ns, 'python3', '-c', [
-      'import socket, threading',
-      `s = socket.create_server(("::", ${port}), family=socket.AF_INET6, dualstack_ipv6=True)`,
-      'while True:',
-      '    c, _ = s.accept(); c.sendall(b"private\\n"); c.close()',
-    ].join('\n')], { stdio: 'ignore' });
+    listener = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        'python3',
+        '-c',
+        [
+          'import socket, threading',
+          `s = socket.create_server(("::", ${port}), family=socket.AF_INET6, dualstack_ipv6=True)`,
+          'while True:',
+          '    c, _ = s.accept(); c.sendall(b"private\\n"); c.close()',
+        ].join('\n'),
+      ],
+      { stdio: 'ignore' },
+    );
     // The host itself reaches every far address: the listener is there, so a refusal comes from the sandbox's fence.
-    await until('the test network’s listener', async () => (await Promise.all(Object.values(far).map((ip) => hostCanConnect(ip, port)))).every(Boolean), 10_000);
+    await until(
+      'the test network’s listener',
+      async () => (await Promise.all(Object.values(far).map((ip) => hostCanConnect(ip, port)))).every(Boolean),
+      10_000,
+    );
   });
 
   afterAll(() => {
@@ -339,7 +382,10 @@ describe('network: private ranges and the host’s own addresses', () => {
     } finally {
       await allowed.close();
       // The firewall is host-wide: put back the rules of this file's harness (no allowlist).
-      await SandboxNetwork.setup(h.deps.config.sandboxes.subnetOctet, { resolvers: nameservers(readFileSync('/etc/resolv.conf', 'utf8')), allow: [] });
+      await SandboxNetwork.setup(h.deps.config.sandboxes.subnetOctet, {
+        resolvers: nameservers(readFileSync('/etc/resolv.conf', 'utf8')),
+        allow: [],
+      });
     }
     const id = await create({ network: true });
     expect(probeResults((await run(id, probe('allowed', far.rfc1918a, port))).stdout)).toEqual({ allowed: 'blocked' });
@@ -353,12 +399,20 @@ describe('what a sandbox sees of the host', () => {
     const hostLocal = readdirSync('/usr/local');
     expect(hostBin.length + readdirSync('/usr/local/lib').length).toBeGreaterThan(0);
     const id = await create();
-    const r = await run(id, 'ls -A /usr/local/bin /usr/local/lib; echo ---; ls -A /usr/local; echo ---; find /usr/local -mindepth 1 ! -type d ! -type l');
+    const r = await run(
+      id,
+      'ls -A /usr/local/bin /usr/local/lib; echo ---; ls -A /usr/local; echo ---; find /usr/local -mindepth 1 ! -type d ! -type l',
+    );
     const [listing, top, files] = r.stdout.split('---\n');
     for (const name of hostBin) expect(listing).not.toMatch(new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
     expect(listing!.split('\n').filter((l) => l && !l.endsWith(':'))).toEqual([]);
     const skeleton = ['bin', 'etc', 'games', 'include', 'lib', 'man', 'sbin', 'share', 'src'];
-    expect(top!.trim().split('\n').every((e) => skeleton.includes(e))).toBe(true);
+    expect(
+      top!
+        .trim()
+        .split('\n')
+        .every((e) => skeleton.includes(e)),
+    ).toBe(true);
     for (const e of hostLocal.filter((e) => !skeleton.includes(e))) expect(top!.trim().split('\n')).not.toContain(e);
     expect(files).toBe('');
     await destroy(id);
@@ -618,12 +672,19 @@ print(json.dumps(out))
 
   it('holds no host file, and a command inherits none of its descriptors', async () => {
     const id = await create();
-    const state = JSON.parse(execFileSync('runc', ['--root', `/run/hangar/runc/${h.deps.installId}`, 'state', id], { encoding: 'utf8' })) as { pid: number };
-    const fds = execFileSync('bash', ['-c', `for f in /proc/${state.pid}/fd/*; do readlink "$f"; done`], { encoding: 'utf8' }).trim().split('\n');
+    const state = JSON.parse(execFileSync('runc', ['--root', `/run/hangar/runc/${h.deps.installId}`, 'state', id], { encoding: 'utf8' })) as {
+      pid: number;
+    };
+    const fds = execFileSync('bash', ['-c', `for f in /proc/${state.pid}/fd/*; do readlink "$f"; done`], { encoding: 'utf8' })
+      .trim()
+      .split('\n');
     expect(fds.length).toBeGreaterThan(2);
     // stdio is /dev/null (the agent keeps its log in memory); the rest are sockets, pipes and event fds.
     const files = fds.filter((l) => l.startsWith('/'));
-    expect(files.every((l) => l === '/dev/null'), fds.join(', ')).toBe(true);
+    expect(
+      files.every((l) => l === '/dev/null'),
+      fds.join(', '),
+    ).toBe(true);
     expect(existsSync(path.join(containerDir(id), 'agent.log'))).toBe(false);
     // A command sees only its own stdin, stdout and stderr (and the folder listdir opened).
     expect((await run(id, `python3 -c "import os; print(sorted(os.listdir('/proc/self/fd')))"`)).stdout).toBe("['0', '1', '2', '3']\n");

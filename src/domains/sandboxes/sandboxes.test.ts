@@ -34,7 +34,17 @@ function command(h: Harness, actor: Actor, id: string, body: Record<string, unkn
 async function run(h: Harness, actor: Actor, id: string, cmd: string, extra: Record<string, unknown> = {}) {
   const res = await command(h, actor, id, { cmd, ...extra });
   expect(res.statusCode, res.body).toBe(200);
-  return json(res).data as { pid: number; exitCode: number | null; signal: string | null; timedOut: boolean; stdout: string; stderr: string; stdoutTruncated: boolean; stderrTruncated: boolean; durationMs: number };
+  return json(res).data as {
+    pid: number;
+    exitCode: number | null;
+    signal: string | null;
+    timedOut: boolean;
+    stdout: string;
+    stderr: string;
+    stdoutTruncated: boolean;
+    stderrTruncated: boolean;
+    durationMs: number;
+  };
 }
 
 async function activityOf(h: Harness, actor: Actor, id: string) {
@@ -120,7 +130,11 @@ describe('creating and reading sandboxes', () => {
     expect(cpu.statusCode).toBe(400);
     expect(json(cpu).error.issues).toEqual([expect.objectContaining({ path: 'cpu' })]);
 
-    const mem = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: { network: false, memoryMb: h.deps.config.sandboxes.maxMemoryMb + 1 } });
+    const mem = await call(h, admin, {
+      method: 'POST',
+      url: '/v1/sandboxes',
+      payload: { network: false, memoryMb: h.deps.config.sandboxes.maxMemoryMb + 1 },
+    });
     expect(mem.statusCode).toBe(400);
     expect(json(mem).error.issues).toEqual([expect.objectContaining({ path: 'memoryMb' })]);
 
@@ -181,7 +195,12 @@ describe('creating and reading sandboxes', () => {
   it('a JSON body nested 10,000 levels deep is a 400, not a 5xx', async () => {
     let deep: string = '"x"';
     for (let i = 0; i < 10_000; i++) deep = `{"a":${deep}}`;
-    const res = await call(h, admin, { method: 'POST', url: '/v1/sandboxes', payload: `{"network":false,"metadata":${deep}}`, headers: { 'content-type': 'application/json' } });
+    const res = await call(h, admin, {
+      method: 'POST',
+      url: '/v1/sandboxes',
+      payload: `{"network":false,"metadata":${deep}}`,
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res.statusCode, res.body.slice(0, 300)).toBe(400);
     expect(json(res).error.code).toBe('invalid_request');
   });
@@ -278,7 +297,15 @@ describe('commands', () => {
 
   it('answers stdout, stderr and the exit code; small output is not marked truncated', async () => {
     const r = await run(h, admin, id, 'echo out; echo err >&2; exit 3');
-    expect(r).toMatchObject({ exitCode: 3, signal: null, timedOut: false, stdout: 'out\n', stderr: 'err\n', stdoutTruncated: false, stderrTruncated: false });
+    expect(r).toMatchObject({
+      exitCode: 3,
+      signal: null,
+      timedOut: false,
+      stdout: 'out\n',
+      stderr: 'err\n',
+      stdoutTruncated: false,
+      stderrTruncated: false,
+    });
     expect(r.pid).toBeGreaterThan(1);
     expect(r.durationMs).toBeGreaterThanOrEqual(0);
   });
@@ -347,9 +374,11 @@ describe('commands', () => {
     expect(listed[0]).toMatchObject({ pid, running: true });
     expect(json(await call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/processes/${pid}` })).data).toMatchObject({ pid, running: true });
 
-    const stdin = (data: string, eof = false) => call(h, admin, { method: 'POST', url: `/v1/sandboxes/${id}/processes/${pid}/stdin`, payload: { data, eof } });
+    const stdin = (data: string, eof = false) =>
+      call(h, admin, { method: 'POST', url: `/v1/sandboxes/${id}/processes/${pid}/stdin`, payload: { data, eof } });
     const output = async (after?: number) =>
-      json(await call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/processes/${pid}/output${after === undefined ? '' : `?after=${after}`}` })).data;
+      json(await call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/processes/${pid}/output${after === undefined ? '' : `?after=${after}`}` }))
+        .data;
 
     expect((await stdin('first\n')).statusCode).toBe(204);
     const first = await until('cat to echo the first line', async () => {
@@ -373,14 +402,23 @@ describe('commands', () => {
 
   it('follows a background process’s output as Server-Sent Events until it exits', async () => {
     const proc = json(await command(h, admin, id, { cmd: 'for i in 1 2 3; do echo line$i; sleep 0.15; done', background: true })).data;
-    const res = await fetch(`${base}/v1/sandboxes/${id}/processes/${proc.pid}/output?follow=true`, { headers: { ...admin.headers, accept: 'text/event-stream' } });
+    const res = await fetch(`${base}/v1/sandboxes/${id}/processes/${proc.pid}/output?follow=true`, {
+      headers: { ...admin.headers, accept: 'text/event-stream' },
+    });
     expect(res.status).toBe(200);
     const events = parseSse(await res.text());
-    expect(events.filter((e) => e.event === 'stdout').map((e) => e.data.data).join('')).toBe('line1\nline2\nline3\n');
+    expect(
+      events
+        .filter((e) => e.event === 'stdout')
+        .map((e) => e.data.data)
+        .join(''),
+    ).toBe('line1\nline2\nline3\n');
     expect(events.at(-1)).toMatchObject({ event: 'exit', data: { exitCode: 0, signal: null } });
 
     // A reconnect after the end gives nothing new but still the exit.
-    const again = await fetch(`${base}/v1/sandboxes/${id}/processes/${proc.pid}/output?follow=true&after=18`, { headers: { ...admin.headers, accept: 'text/event-stream' } });
+    const again = await fetch(`${base}/v1/sandboxes/${id}/processes/${proc.pid}/output?follow=true&after=18`, {
+      headers: { ...admin.headers, accept: 'text/event-stream' },
+    });
     const later = parseSse(await again.text());
     expect(later.filter((e) => e.event === 'stdout')).toEqual([]);
     expect(later.at(-1)?.event).toBe('exit');
@@ -422,7 +460,12 @@ describe('files', () => {
   });
 
   const put = (path: string, payload: Buffer | string) =>
-    call(h, admin, { method: 'PUT', url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent(path)}`, payload, headers: { 'content-type': 'application/octet-stream' } });
+    call(h, admin, {
+      method: 'PUT',
+      url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent(path)}`,
+      payload,
+      headers: { 'content-type': 'application/octet-stream' },
+    });
   const stat = (path: string) => call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/files?path=${encodeURIComponent(path)}` });
 
   it('uploads raw bytes and downloads exactly the same bytes; commands see the file', async () => {
@@ -473,7 +516,11 @@ describe('files', () => {
     expect(json(mv).data).toMatchObject({ path: '/home/user/tree/deep/uno.txt', type: 'file' });
     expect((await stat('tree/one.txt')).statusCode).toBe(404);
 
-    const clash = await call(h, admin, { method: 'POST', url: `/v1/sandboxes/${id}/move`, payload: { from: 'tree/two.txt', to: 'tree/deep/uno.txt' } });
+    const clash = await call(h, admin, {
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/move`,
+      payload: { from: 'tree/two.txt', to: 'tree/deep/uno.txt' },
+    });
     expect(clash.statusCode).toBe(409);
     expect((await call(h, admin, { method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=tree/deep/uno.txt` })).body).toBe('1');
 
@@ -674,13 +721,20 @@ describe('the upload limit', () => {
 
   it('takes a file of exactly the limit and refuses a larger one with 413, writing nothing', async () => {
     const put = (path: string, size: number) =>
-      call(uh, admin, { method: 'PUT', url: `/v1/sandboxes/${id}/files/content?path=${path}`, payload: Buffer.alloc(size, 7), headers: { 'content-type': 'application/octet-stream' } });
+      call(uh, admin, {
+        method: 'PUT',
+        url: `/v1/sandboxes/${id}/files/content?path=${path}`,
+        payload: Buffer.alloc(size, 7),
+        headers: { 'content-type': 'application/octet-stream' },
+      });
     expect((await put('fits.bin', 1024)).statusCode).toBe(200);
     const over = await put('over.bin', 1025);
     expect(over.statusCode).toBe(413);
     expect(json(over).error.code).toBe('payload_too_large');
     expect(json(over).error.message).toContain('1024');
-    const listing = json(await call(uh, admin, { method: 'GET', url: `/v1/sandboxes/${id}/files?path=.` })).data.entries.map((e: { name: string }) => e.name);
+    const listing = json(await call(uh, admin, { method: 'GET', url: `/v1/sandboxes/${id}/files?path=.` })).data.entries.map(
+      (e: { name: string }) => e.name,
+    );
     expect(listing).toEqual(['fits.bin']);
   });
 });

@@ -7,7 +7,13 @@ export const SANDBOX_STATES = ['starting', 'running', 'paused', 'stopped', 'erro
 const noNul = (s: z.ZodString) => s.refine((v) => !v.includes('\u0000'), 'must not contain NUL');
 
 const EnvMap = z
-  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'names are letters, digits and "_", not starting with a digit').max(256), noNul(z.string().max(32_768)))
+  .record(
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'names are letters, digits and "_", not starting with a digit')
+      .max(256),
+    noNul(z.string().max(32_768)),
+  )
   .refine((m) => Object.keys(m).length <= 200, 'at most 200 variables');
 
 export const SandboxName = z
@@ -16,7 +22,12 @@ export const SandboxName = z
 
 export const CreateSandboxBody = z
   .object({
-    template: z.string().min(1).max(64).default('base-ubuntu').describe('Template slug (a system template or one of the organization’s). Default `base-ubuntu`.'),
+    template: z
+      .string()
+      .min(1)
+      .max(64)
+      .default('base-ubuntu')
+      .describe('Template slug (a system template or one of the organization’s). Default `base-ubuntu`.'),
     name: SandboxName.optional().describe('Display name and hostname; default derived from the id.'),
     env: EnvMap.optional().describe('Environment variables of every command (over the template’s). Values are never returned.'),
     metadata: z
@@ -31,14 +42,22 @@ export const CreateSandboxBody = z
       .multipleOf(0.01)
       .optional()
       .describe('CPU cores: at least 0.1, in steps of 0.01 (a CFS quota of cpu × 100 ms per 100 ms), up to the server maximum.'),
-    memoryMb: z.number().int().min(64).max(1024 * 1024).optional().describe('Memory limit in MiB, up to the server maximum.'),
+    memoryMb: z
+      .number()
+      .int()
+      .min(64)
+      .max(1024 * 1024)
+      .optional()
+      .describe('Memory limit in MiB, up to the server maximum.'),
     diskMb: z
       .number()
       .int()
       .min(64)
       .max(16 * 1024 * 1024)
       .optional()
-      .describe('Size of the sandbox’s disk in MiB (everything it writes: home, /tmp, /usr, installed packages); writing past it fails with ENOSPC inside. Default and maximum are the server’s.'),
+      .describe(
+        'Size of the sandbox’s disk in MiB (everything it writes: home, /tmp, /usr, installed packages); writing past it fails with ENOSPC inside. Default and maximum are the server’s.',
+      ),
     idleTimeoutSeconds: z
       .number()
       .int()
@@ -55,7 +74,9 @@ export const Sandbox = z
   .object({
     id: z.string().describe('`sbx_` prefix'),
     name: z.string(),
-    ownerUserId: z.string().describe('The user who created it (for a thread’s sandbox, the thread’s owner): the only one who reaches its files, processes and commands'),
+    ownerUserId: z
+      .string()
+      .describe('The user who created it (for a thread’s sandbox, the thread’s owner): the only one who reaches its files, processes and commands'),
     template: z.string().describe('Template slug'),
     templateId: z.string(),
     state: z.enum(SANDBOX_STATES),
@@ -96,10 +117,22 @@ export const ListSandboxesQuery = z.object({
 export const CommandBody = z
   .object({
     cmd: noNul(z.string().min(1).max(100_000)).describe('Shell command, run by `/bin/bash -c` as the sandbox user'),
-    cwd: noNul(z.string().min(1).max(4096)).optional().describe('Working directory (absolute, or relative to /home/user); default the template’s, else /home/user'),
+    cwd: noNul(z.string().min(1).max(4096))
+      .optional()
+      .describe('Working directory (absolute, or relative to /home/user); default the template’s, else /home/user'),
     env: EnvMap.optional(),
-    stdin: z.string().max(10 * 1024 * 1024).optional().describe('Written to the command’s standard input, which is then closed'),
-    timeoutMs: z.number().int().min(1).max(24 * 3600_000).optional().describe('Kill the command (SIGKILL to its process group) after this long. Default 60 000 for a waited command; none for background ones.'),
+    stdin: z
+      .string()
+      .max(10 * 1024 * 1024)
+      .optional()
+      .describe('Written to the command’s standard input, which is then closed'),
+    timeoutMs: z
+      .number()
+      .int()
+      .min(1)
+      .max(24 * 3600_000)
+      .optional()
+      .describe('Kill the command (SIGKILL to its process group) after this long. Default 60 000 for a waited command; none for background ones.'),
     background: z.boolean().default(false).describe('Start and return at once with the pid; read its output from /processes/{pid}/output.'),
     keepStdin: z.boolean().default(false).describe('Background only: keep stdin open for POST /processes/{pid}/stdin'),
   })
@@ -138,7 +171,10 @@ export const Process = z
 
 export const StdinBody = z
   .object({
-    data: z.string().max(10 * 1024 * 1024).default(''),
+    data: z
+      .string()
+      .max(10 * 1024 * 1024)
+      .default(''),
     encoding: z.enum(['utf8', 'base64']).default('utf8'),
     eof: z.boolean().default(false).describe('Close stdin after writing'),
   })

@@ -67,11 +67,7 @@ function toSandbox(row: Row, runningSeconds: number, diskBytes: number | null): 
 async function runningSeconds(ctx: Ctx, ids: string[]): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   if (!ids.length) return out;
-  const rows = await exec(ctx)
-    .selectFrom('sandbox_runtime')
-    .select(['sandbox_id', 'started_at', 'seconds'])
-    .where('sandbox_id', 'in', ids)
-    .execute();
+  const rows = await exec(ctx).selectFrom('sandbox_runtime').select(['sandbox_id', 'started_at', 'seconds']).where('sandbox_id', 'in', ids).execute();
   const now = Date.now();
   for (const r of rows) {
     const s = r.seconds ?? Math.max(0, (now - Date.parse(r.started_at)) / 1000);
@@ -113,7 +109,8 @@ async function findVisible(ctx: Ctx, id: string): Promise<{ row: Row; view: Sand
 /** The sandbox for a verb that is its owner's alone: 404 to other members, 403 (saying why) to admins. */
 async function findOwned(ctx: Ctx, id: string, action: string): Promise<Row> {
   const { row, view } = await findVisible(ctx, id);
-  if (view !== 'owner') throw errors.forbidden(`only the sandbox’s owner can ${action}; organization admins see its metadata and may pause or destroy it`);
+  if (view !== 'owner')
+    throw errors.forbidden(`only the sandbox’s owner can ${action}; organization admins see its metadata and may pause or destroy it`);
   return row;
 }
 
@@ -133,7 +130,12 @@ export async function canSeeSandbox(ctx: Ctx, id: string): Promise<boolean> {
 /** True when the sandbox exists in the caller's organization and is another member's (for activity filters). */
 export async function sandboxHidden(ctx: Ctx, id: string): Promise<boolean> {
   if (isOrgAdmin(ctx)) return false;
-  const row = await exec(ctx).selectFrom('sandboxes').select('created_by_user_id').where('id', '=', id).where('org_id', '=', orgId(ctx)).executeTakeFirst();
+  const row = await exec(ctx)
+    .selectFrom('sandboxes')
+    .select('created_by_user_id')
+    .where('id', '=', id)
+    .where('org_id', '=', orgId(ctx))
+    .executeTakeFirst();
   return Boolean(row && row.created_by_user_id !== ctx.principal.userId);
 }
 
@@ -161,7 +163,10 @@ export async function listSandboxes(ctx: Ctx, q: { limit: number; cursor?: strin
   if (!isOrgAdmin(ctx)) query = query.where('created_by_user_id', '=', ctx.principal.userId);
   query = q.state ? query.where('state', '=', q.state) : query.where('state', '!=', 'destroyed');
   const page = await newestFirstPage(query, { time: 'created_at', id: 'id' }, q);
-  const seconds = await runningSeconds(ctx, page.items.map((r) => r.id));
+  const seconds = await runningSeconds(
+    ctx,
+    page.items.map((r) => r.id),
+  );
   const disk = await Promise.all(page.items.map((r) => diskBytes(ctx, r)));
   return { ...page, items: page.items.map((r, i) => toSandbox(r, seconds.get(r.id) ?? 0, disk[i]!)) };
 }
@@ -186,12 +191,26 @@ async function setState(ctx: Ctx, id: string, from: readonly SandboxState[], to:
 async function openInterval(ctx: Ctx, row: Row): Promise<void> {
   await exec(ctx)
     .insertInto('sandbox_runtime')
-    .values({ id: prefixedId('srt'), org_id: row.org_id, sandbox_id: row.id, cpu: row.cpu, memory_mb: row.memory_mb, started_at: nowIso(), ended_at: null, seconds: null })
+    .values({
+      id: prefixedId('srt'),
+      org_id: row.org_id,
+      sandbox_id: row.id,
+      cpu: row.cpu,
+      memory_mb: row.memory_mb,
+      started_at: nowIso(),
+      ended_at: null,
+      seconds: null,
+    })
     .execute();
 }
 
 async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
-  const open = await exec(ctx).selectFrom('sandbox_runtime').select(['id', 'started_at']).where('sandbox_id', '=', sandboxId).where('ended_at', 'is', null).execute();
+  const open = await exec(ctx)
+    .selectFrom('sandbox_runtime')
+    .select(['id', 'started_at'])
+    .where('sandbox_id', '=', sandboxId)
+    .where('ended_at', 'is', null)
+    .execute();
   const now = new Date();
   for (const r of open) {
     await exec(ctx)
@@ -202,7 +221,13 @@ async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
   }
 }
 
-function activity(ctx: Ctx, row: Row, eventType: string, title: string, opts: { status?: string; summary?: string; metadata?: Record<string, unknown> } = {}) {
+function activity(
+  ctx: Ctx,
+  row: Row,
+  eventType: string,
+  title: string,
+  opts: { status?: string; summary?: string; metadata?: Record<string, unknown> } = {},
+) {
   return recordActivity(
     ctx,
     {
@@ -236,7 +261,12 @@ function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec
     id: row.id,
     layers: template.layers,
     uid: row.uid!,
-    hostname: row.name.toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+|-+$/g, '').slice(0, 63) || 'sandbox',
+    hostname:
+      row.name
+        .toLowerCase()
+        .replace(/[^a-z0-9-]/g, '-')
+        .replace(/^-+|-+$/g, '')
+        .slice(0, 63) || 'sandbox',
     env,
     workdir: template.workdir ?? '/home/user',
     cpu: row.cpu,
@@ -266,11 +296,14 @@ async function countRunning(ctx: Ctx, org: string): Promise<number> {
 function requireRuntime(deps: Deps, network: boolean): void {
   const rt = deps.sandboxes;
   if (!rt.available) throw errors.unavailable(`persistent sandboxes are unavailable on this server: ${rt.unavailableReason}`);
-  if (network && rt.networkReason) throw errors.unavailable(`sandboxes with network are unavailable on this server: ${rt.networkReason}; create it with "network": false`);
+  if (network && rt.networkReason)
+    throw errors.unavailable(`sandboxes with network are unavailable on this server: ${rt.networkReason}; create it with "network": false`);
 }
 
 function limitError(max: number): AppError {
-  return errors.limitExceeded(`your organization already has ${max} running sandbox${max === 1 ? '' : 'es'}, the most this server allows; pause or destroy one first`);
+  return errors.limitExceeded(
+    `your organization already has ${max} running sandbox${max === 1 ? '' : 'es'}, the most this server allows; pause or destroy one first`,
+  );
 }
 
 export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<Sandbox> {
@@ -464,7 +497,11 @@ export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClien
   const { touched } = ctx.deps.state.get(SANDBOX_STATE);
   if (now - (touched.get(id) ?? 0) > TOUCH_EVERY_MS) {
     touched.set(id, now);
-    await exec(ctx).updateTable('sandboxes').set({ last_active_at: new Date(now).toISOString() }).where('id', '=', id).execute();
+    await exec(ctx)
+      .updateTable('sandboxes')
+      .set({ last_active_at: new Date(now).toISOString() })
+      .where('id', '=', id)
+      .execute();
   }
   const agent = ctx.deps.sandboxes.agent(id);
   if (!agent.onViolation) {
@@ -494,7 +531,11 @@ async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void
     await withTx(ctx, async (tx) => {
       if (!(await setState(tx, row.id, ['running'], 'error', { error: message }))) return;
       await closeInterval(tx, row.id);
-      await activity(tx, row, 'sandbox.failed', `Sandbox ${row.name} failed`, { status: 'failed', summary: message, metadata: { trigger: 'agent_error' } });
+      await activity(tx, row, 'sandbox.failed', `Sandbox ${row.name} failed`, {
+        status: 'failed',
+        summary: message,
+        metadata: { trigger: 'agent_error' },
+      });
     });
   });
 }
@@ -503,7 +544,13 @@ async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void
 
 /** Housekeeping acts as the sandbox's creator, with the sandbox scopes its verbs check (nothing else). */
 function ownerCtx(deps: Deps, row: Row): Ctx {
-  return systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(['sandbox:read', 'sandbox:write'] as const), apiKeyId: null });
+  return systemCtx(deps, {
+    userId: row.created_by_user_id,
+    orgId: row.org_id,
+    role: null,
+    scopes: new Set(['sandbox:read', 'sandbox:write'] as const),
+    apiKeyId: null,
+  });
 }
 
 /**

@@ -20,7 +20,16 @@ export async function secretRoutes(app: App, _deps: Deps) {
           '`scope` `user` (default: yours only) or `organization` (needs `credentials:admin`). Used server-side: bring-your-own-key models name the secret they need ',
           '(`requiresSecret`), and tools resolve credentials from them. 201 when created, 200 when replaced.',
         ].join(''),
-        body: z.object({ name: SecretName, value: z.string().min(1).max(64 * 1024), scope: Scope }).strict(),
+        body: z
+          .object({
+            name: SecretName,
+            value: z
+              .string()
+              .min(1)
+              .max(64 * 1024),
+            scope: Scope,
+          })
+          .strict(),
         response: { 200: envelope(Secret), 201: envelope(Secret), ...errorResponses },
       },
     },

@@ -24,7 +24,8 @@ describe('secrets', () => {
   });
   afterAll(() => h?.close());
 
-  const put = (actor: Pick<Actor, 'headers'>, body: unknown) => h.app.inject({ method: 'POST', url: '/v1/secrets', headers: actor.headers, payload: body as object });
+  const put = (actor: Pick<Actor, 'headers'>, body: unknown) =>
+    h.app.inject({ method: 'POST', url: '/v1/secrets', headers: actor.headers, payload: body as object });
   const del = (actor: Pick<Actor, 'headers'>, name: string, scope?: 'user' | 'organization') =>
     h.app.inject({ method: 'DELETE', url: `/v1/secrets/${encodeURIComponent(name)}${scope ? `?scope=${scope}` : ''}`, headers: actor.headers });
   const list = async (actor: Pick<Actor, 'headers'>) => {
@@ -52,7 +53,9 @@ describe('secrets', () => {
     expect(await resolveSecret(h.deps, member.orgId, member.userId, 'DEPLOY_TOKEN')).toBe(second);
 
     const { res, data } = await list(member);
-    expect(data.filter((s) => s.name === 'DEPLOY_TOKEN')).toEqual([{ name: 'DEPLOY_TOKEN', scope: 'user', createdAt: secret.createdAt, updatedAt: json(replaced).data.updatedAt }]);
+    expect(data.filter((s) => s.name === 'DEPLOY_TOKEN')).toEqual([
+      { name: 'DEPLOY_TOKEN', scope: 'user', createdAt: secret.createdAt, updatedAt: json(replaced).data.updatedAt },
+    ]);
     expect(res.body).not.toContain(first);
     expect(res.body).not.toContain(second);
     for (const s of data) expect(Object.keys(s).sort()).toEqual(['createdAt', 'name', 'scope', 'updatedAt']);
@@ -74,9 +77,23 @@ describe('secrets', () => {
     expect((await put(admin, { name: 'AUDITED', value: values[0], scope: 'organization' })).statusCode).toBe(201);
     expect((await put(admin, { name: 'AUDITED', value: values[1], scope: 'organization' })).statusCode).toBe(200);
     expect((await del(admin, 'AUDITED', 'organization')).statusCode).toBe(204);
-    const created = await expectActivity(h, admin, { eventType: 'secret.created', resourceType: 'secret', metadata: { name: 'AUDITED', scope: 'organization' } });
-    await expectActivity(h, admin, { eventType: 'secret.updated', resourceType: 'secret', resourceId: created.resourceId, metadata: { name: 'AUDITED', scope: 'organization' } });
-    await expectActivity(h, admin, { eventType: 'secret.deleted', resourceType: 'secret', resourceId: created.resourceId, metadata: { name: 'AUDITED', scope: 'organization' } });
+    const created = await expectActivity(h, admin, {
+      eventType: 'secret.created',
+      resourceType: 'secret',
+      metadata: { name: 'AUDITED', scope: 'organization' },
+    });
+    await expectActivity(h, admin, {
+      eventType: 'secret.updated',
+      resourceType: 'secret',
+      resourceId: created.resourceId,
+      metadata: { name: 'AUDITED', scope: 'organization' },
+    });
+    await expectActivity(h, admin, {
+      eventType: 'secret.deleted',
+      resourceType: 'secret',
+      resourceId: created.resourceId,
+      metadata: { name: 'AUDITED', scope: 'organization' },
+    });
     expect(created.actorUserId).toBe(admin.userId);
 
     // a member's own secret: the member reads their events; no event anywhere holds a value
@@ -179,7 +196,11 @@ describe('secrets', () => {
     });
 
     it('an admin key without credentials:admin cannot either (403)', async () => {
-      const key = await keyFor(h, admin, ALL_SCOPES.filter((s) => s !== 'credentials:admin'));
+      const key = await keyFor(
+        h,
+        admin,
+        ALL_SCOPES.filter((s) => s !== 'credentials:admin'),
+      );
       const res = await put({ headers: { 'x-api-key': key } }, { name: 'ORG_BY_LIMITED', value: 'v', scope: 'organization' });
       expect(res.statusCode).toBe(403);
       expect(json(res).error.message).toContain('credentials:admin');
@@ -221,7 +242,10 @@ describe('secrets', () => {
 
       expect(await resolveSecret(h.deps, admin.orgId, member.userId, 'MODEL_KEY')).toBe(userValue);
       expect(await resolveSecret(h.deps, admin.orgId, otherMember.userId, 'MODEL_KEY')).toBe(orgValue);
-      const mine = (await list(member)).data.filter((s) => s.name === 'MODEL_KEY').map((s) => s.scope).sort();
+      const mine = (await list(member)).data
+        .filter((s) => s.name === 'MODEL_KEY')
+        .map((s) => s.scope)
+        .sort();
       expect(mine).toEqual(['organization', 'user']);
 
       // deleting my own falls back to the organization's
@@ -280,7 +304,12 @@ securitySuite('secrets', [
     method: 'DELETE',
     // the owner really holds the organization secret, so the stranger's 404 means "not yours", not "no such name"
     url: async (owner, h) => {
-      const res = await h.app.inject({ method: 'POST', url: '/v1/secrets', headers: owner.headers, payload: { name: 'OWNED', value: 'v', scope: 'organization' } });
+      const res = await h.app.inject({
+        method: 'POST',
+        url: '/v1/secrets',
+        headers: owner.headers,
+        payload: { name: 'OWNED', value: 'v', scope: 'organization' },
+      });
       expect(res.statusCode).toBeLessThan(300);
       return '/v1/secrets/OWNED?scope=organization';
     },

@@ -16,7 +16,10 @@ const ORG = 'org';
  * field `apiKey` finds the secret `APIKEY`, as the spec's credential rules say).
  */
 export function normalizeSecretName(name: string): string {
-  return name.trim().toUpperCase().replace(/[^A-Z0-9_]/g, '_');
+  return name
+    .trim()
+    .toUpperCase()
+    .replace(/[^A-Z0-9_]/g, '_');
 }
 
 export const SecretName = z
@@ -71,7 +74,13 @@ export async function putSecret(ctx: Ctx, input: { name: string; value: string; 
   const replace = () =>
     withTx(ctx, async (tx) => {
       const now = nowIso();
-      const existing = await exec(tx).selectFrom('secrets').selectAll().where('org_id', '=', org).where('owner', '=', owner).where('name', '=', input.name).executeTakeFirst();
+      const existing = await exec(tx)
+        .selectFrom('secrets')
+        .selectAll()
+        .where('org_id', '=', org)
+        .where('owner', '=', owner)
+        .where('name', '=', input.name)
+        .executeTakeFirst();
       if (!existing) return null;
       await exec(tx).updateTable('secrets').set({ ciphertext: sealed, updated_at: now }).where('id', '=', existing.id).execute();
       await secretActivity(tx, existing, 'updated');
@@ -80,7 +89,16 @@ export async function putSecret(ctx: Ctx, input: { name: string; value: string; 
   const replaced = await replace();
   if (replaced) return replaced;
   const now = nowIso();
-  const row: Selectable<SecretsTable> = { id: prefixedId('sec'), org_id: org, owner, name: input.name, ciphertext: sealed, created_by_user_id: ctx.principal.userId, created_at: now, updated_at: now };
+  const row: Selectable<SecretsTable> = {
+    id: prefixedId('sec'),
+    org_id: org,
+    owner,
+    name: input.name,
+    ciphertext: sealed,
+    created_by_user_id: ctx.principal.userId,
+    created_at: now,
+    updated_at: now,
+  };
   try {
     await withTx(ctx, async (tx) => {
       await exec(tx).insertInto('secrets').values(row).execute();
@@ -115,7 +133,13 @@ export async function deleteSecret(ctx: Ctx, name: string, scope: SecretScope): 
   requireScope(ctx, 'secrets:write');
   const owner = ownerFor(ctx, scope);
   await withTx(ctx, async (tx) => {
-    const row = await exec(tx).deleteFrom('secrets').where('org_id', '=', orgId(tx)).where('owner', '=', owner).where('name', '=', name).returning(['id', 'name', 'owner']).executeTakeFirst();
+    const row = await exec(tx)
+      .deleteFrom('secrets')
+      .where('org_id', '=', orgId(tx))
+      .where('owner', '=', owner)
+      .where('name', '=', name)
+      .returning(['id', 'name', 'owner'])
+      .executeTakeFirst();
     if (!row) throw errors.notFound(`${scope} secret`, name);
     await secretActivity(tx, row, 'deleted');
   });
@@ -128,7 +152,13 @@ export async function deleteSecret(ctx: Ctx, name: string, scope: SecretScope): 
 export async function resolveSecret(deps: Deps, org: string, userId: string | null, name: string): Promise<string | null> {
   const normalized = normalizeSecretName(name);
   const owners = userId ? [userId, ORG] : [ORG];
-  const rows = await deps.db.kysely.selectFrom('secrets').selectAll().where('org_id', '=', org).where('owner', 'in', owners).where('name', '=', normalized).execute();
+  const rows = await deps.db.kysely
+    .selectFrom('secrets')
+    .selectAll()
+    .where('org_id', '=', org)
+    .where('owner', 'in', owners)
+    .where('name', '=', normalized)
+    .execute();
   const row = rows.find((r) => r.owner !== ORG) ?? rows[0];
   return row ? decrypt(keyOf(deps), row.ciphertext, aad(row.org_id, row.owner, row.name)) : null;
 }

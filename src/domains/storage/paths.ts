@@ -13,7 +13,10 @@ export function normalizePath(input: string, field = 'path'): string {
   if (hasControlChar(input)) throw errors.invalidField(field, 'must not contain control characters');
   if (input.includes('\\')) throw errors.invalidField(field, 'must use "/" as separator, not "\\"');
   if (input.startsWith('/')) throw errors.invalidField(field, 'must be relative to the workspace root (no leading "/")');
-  const segments = input.normalize('NFC').split('/').filter((s) => s !== '' && s !== '.');
+  const segments = input
+    .normalize('NFC')
+    .split('/')
+    .filter((s) => s !== '' && s !== '.');
   if (segments.some((s) => s === '..')) throw errors.invalidField(field, 'must not contain ".."');
   if (segments.some((s) => Buffer.byteLength(s) > MAX_SEGMENT_BYTES)) {
     throw errors.invalidField(field, `each name must be at most ${MAX_SEGMENT_BYTES} bytes`);

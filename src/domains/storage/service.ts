@@ -225,7 +225,9 @@ async function chargeStorage(ctx: Ctx, delta: number): Promise<void> {
   if (delta > 0) q = q.where((eb) => eb(eb('used_bytes', '+', delta), '<=', quota));
   const result = await q.executeTakeFirst();
   if (Number(result.numUpdatedRows) === 0) {
-    throw errors.quotaExceeded(`storage quota of ${quota} bytes for this organization would be exceeded; delete files or raise HANGAR_STORAGE_QUOTA_BYTES`);
+    throw errors.quotaExceeded(
+      `storage quota of ${quota} bytes for this organization would be exceeded; delete files or raise HANGAR_STORAGE_QUOTA_BYTES`,
+    );
   }
 }
 
@@ -444,7 +446,11 @@ export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string
     // Count what this statement removed, not what was read: a concurrent delete must not be credited twice.
     const rows = await exec(tx)
       .deleteFrom('workspace_files')
-      .where('id', 'in', found.map((r) => r.id))
+      .where(
+        'id',
+        'in',
+        found.map((r) => r.id),
+      )
       .returning(['size', 'blob_key'])
       .execute();
     const bytes = rows.reduce((n, r) => n + Number(r.size), 0);

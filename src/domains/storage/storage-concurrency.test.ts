@@ -31,7 +31,9 @@ describe('concurrent requests', () => {
     for (let round = 0; round < 3; round++) {
       const responses = await Promise.all(Array.from({ length: 6 }, (_, i) => put(admin, ws, `batch${round}/deep/f${i}.txt`, `file ${i}`)));
       expect(statuses(responses), responses.map((r) => r.body).join('\n')).toEqual(Array(6).fill(201));
-      const listed = json(await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/files?path=batch${round}/deep`, headers: admin.headers })).data;
+      const listed = json(
+        await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/files?path=batch${round}/deep`, headers: admin.headers }),
+      ).data;
       expect(listed).toHaveLength(6);
     }
     expect(await usedBytes(admin)).toBe(3 * 6 * 6);
@@ -59,7 +61,9 @@ describe('concurrent requests', () => {
     for (let round = 0; round < 3; round++) {
       expect((await put(admin, ws, `gone${round}.bin`, randomBytes(10))).statusCode).toBe(201);
       const responses = await Promise.all(
-        Array.from({ length: 4 }, () => h.app.inject({ method: 'DELETE', url: `/v1/workspaces/${ws}/files/gone${round}.bin`, headers: admin.headers })),
+        Array.from({ length: 4 }, () =>
+          h.app.inject({ method: 'DELETE', url: `/v1/workspaces/${ws}/files/gone${round}.bin`, headers: admin.headers }),
+        ),
       );
       expect(statuses(responses)).toEqual([200, 404, 404, 404]);
       expect(await usedBytes(admin)).toBe(7);
@@ -72,7 +76,9 @@ describe('concurrent requests', () => {
     const ws = admin.personalWorkspaceId;
     expect((await put(admin, ws, 'src.txt', 'moving')).statusCode).toBe(201);
     const responses = await Promise.all(
-      ['a', 'b', 'c'].map((to) => h.app.inject({ method: 'POST', url: `/v1/workspaces/${ws}/move`, headers: admin.headers, payload: { from: 'src.txt', to: `${to}.txt` } })),
+      ['a', 'b', 'c'].map((to) =>
+        h.app.inject({ method: 'POST', url: `/v1/workspaces/${ws}/move`, headers: admin.headers, payload: { from: 'src.txt', to: `${to}.txt` } }),
+      ),
     );
     expect(statuses(responses)).toEqual([200, 404, 404]);
     const root = json(await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/files`, headers: admin.headers })).data;
@@ -84,7 +90,9 @@ describe('concurrent requests', () => {
     const admin = await createOrgAdmin(h);
     const ws = admin.personalWorkspaceId;
     const responses = await Promise.all(
-      Array.from({ length: 4 }, () => h.app.inject({ method: 'POST', url: `/v1/workspaces/${ws}/folders`, headers: admin.headers, payload: { path: 'shared/dir' } })),
+      Array.from({ length: 4 }, () =>
+        h.app.inject({ method: 'POST', url: `/v1/workspaces/${ws}/folders`, headers: admin.headers, payload: { path: 'shared/dir' } }),
+      ),
     );
     expect(statuses(responses)).toEqual([200, 200, 200, 201]);
     expect(new Set(responses.map((r) => json(r).data.id)).size).toBe(1);

@@ -29,7 +29,11 @@ function multipart(parts: Array<{ name: string; value?: string; filename?: strin
   for (const p of parts) {
     const disposition = `form-data; name="${p.name}"${p.filename !== undefined ? `; filename="${p.filename}"` : ''}`;
     const type = p.filename !== undefined ? 'Content-Type: application/octet-stream\r\n' : '';
-    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: ${disposition}\r\n${type}\r\n`), p.data ?? Buffer.from(p.value ?? ''), Buffer.from('\r\n'));
+    chunks.push(
+      Buffer.from(`--${boundary}\r\nContent-Disposition: ${disposition}\r\n${type}\r\n`),
+      p.data ?? Buffer.from(p.value ?? ''),
+      Buffer.from('\r\n'),
+    );
   }
   chunks.push(Buffer.from(`--${boundary}--\r\n`));
   return { payload: Buffer.concat(chunks), contentType: `multipart/form-data; boundary=${boundary}` };
@@ -229,7 +233,10 @@ describe('upload limit and storage quota', () => {
     expect(await state(h, admin, ws)).toEqual(before);
 
     // Multipart.
-    const form = multipart([{ name: 'path', value: 'over' }, { name: 'file', filename: 'e.bin', data: randomBytes(200) }]);
+    const form = multipart([
+      { name: 'path', value: 'over' },
+      { name: 'file', filename: 'e.bin', data: randomBytes(200) },
+    ]);
     const mp = await h.app.inject({
       method: 'POST',
       url: `/v1/workspaces/${ws}/files`,

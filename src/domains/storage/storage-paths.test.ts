@@ -186,10 +186,19 @@ describe('path rules over HTTP', () => {
   });
 
   it('stores a name typed in decomposed form under its composed form', async () => {
-    const res = await h.app.inject({ method: 'PUT', url: `/v1/workspaces/${ws}/files/${encodeURIComponent('cafe\u0301.txt')}`, headers: admin.headers, payload: 'crème' });
+    const res = await h.app.inject({
+      method: 'PUT',
+      url: `/v1/workspaces/${ws}/files/${encodeURIComponent('cafe\u0301.txt')}`,
+      headers: admin.headers,
+      payload: 'crème',
+    });
     expect(res.statusCode).toBe(201);
     expect(json(res).data.path).toBe('caf\u00e9.txt');
-    const dl = await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/files/${encodeURIComponent('caf\u00e9.txt')}`, headers: admin.headers });
+    const dl = await h.app.inject({
+      method: 'GET',
+      url: `/v1/workspaces/${ws}/files/${encodeURIComponent('caf\u00e9.txt')}`,
+      headers: admin.headers,
+    });
     expect(dl.statusCode).toBe(200);
     expect(dl.body).toBe('crème');
   });

@@ -446,7 +446,12 @@ describe('multipart upload', () => {
     const admin = await createOrgAdmin(h);
     const ws = admin.personalWorkspaceId;
     const send = (form: ReturnType<typeof multipart>) =>
-      h.app.inject({ method: 'POST', url: `/v1/workspaces/${ws}/files`, headers: { ...admin.headers, 'content-type': form.contentType }, payload: form.payload });
+      h.app.inject({
+        method: 'POST',
+        url: `/v1/workspaces/${ws}/files`,
+        headers: { ...admin.headers, 'content-type': form.contentType },
+        payload: form.payload,
+      });
 
     const root = await send(multipart([{ name: 'upload', filename: 'top.md', type: 'application/octet-stream', data: Buffer.from('# top') }]));
     expect(root.statusCode).toBe(201);
@@ -514,7 +519,14 @@ describe('move', () => {
     const original = await upload(admin, ws, 'draft.txt', 'contents', 'text/plain');
     const res = await move(admin, ws, { from: 'draft.txt', to: 'final/report.txt' });
     expect(res.statusCode, res.body).toBe(200);
-    expect(json(res).data).toMatchObject({ id: original.id, name: 'report.txt', path: 'final/report.txt', type: 'file', size: 8, mimeType: 'text/plain' });
+    expect(json(res).data).toMatchObject({
+      id: original.id,
+      name: 'report.txt',
+      path: 'final/report.txt',
+      type: 'file',
+      size: 8,
+      mimeType: 'text/plain',
+    });
 
     expect((await get(admin, ws, 'draft.txt')).statusCode).toBe(404);
     expect((await get(admin, ws, 'final/report.txt')).body).toBe('contents');
@@ -537,10 +549,7 @@ describe('move', () => {
 
     expect((await list(admin, ws)).map((e) => e.path)).toEqual(['packages', 'src-other', 'srcfile.txt']);
     expect((await list(admin, ws, 'packages/app/src')).map((e) => e.path)).toEqual(['packages/app/src/lib', 'packages/app/src/index.ts']);
-    expect((await list(admin, ws, 'packages/app/src/lib')).map((e) => e.path)).toEqual([
-      'packages/app/src/lib/deep',
-      'packages/app/src/lib/util.ts',
-    ]);
+    expect((await list(admin, ws, 'packages/app/src/lib')).map((e) => e.path)).toEqual(['packages/app/src/lib/deep', 'packages/app/src/lib/util.ts']);
     expect((await get(admin, ws, 'packages/app/src/lib/deep/data.json')).body).toBe('[]');
     expect((await get(admin, ws, 'packages/app/src/lib/util.ts')).body).toBe('export const x = 1;');
     expect((await get(admin, ws, 'src/index.ts')).statusCode).toBe(404);
@@ -741,7 +750,12 @@ describe('activity', () => {
       await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/activity?event_type=workspace.file.moved`, headers: admin.headers }),
     ).data.events;
     expect(byType).toHaveLength(1);
-    await expectActivity(h, admin, { eventType: 'workspace.file.moved', resourceType: 'workspace', resourceId: ws, metadata: { from: 'log/a.txt', to: 'made/b.txt' } });
+    await expectActivity(h, admin, {
+      eventType: 'workspace.file.moved',
+      resourceType: 'workspace',
+      resourceId: ws,
+      metadata: { from: 'log/a.txt', to: 'made/b.txt' },
+    });
 
     const paged = json(await h.app.inject({ method: 'GET', url: `/v1/workspaces/${ws}/activity?limit=2`, headers: admin.headers }));
     expect(paged.data.events).toHaveLength(2);

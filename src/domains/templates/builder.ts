@@ -64,18 +64,35 @@ export class TemplateBuilder {
       await this.deps.sandboxes.removeLayer(id).catch(() => undefined);
       const error = 'the build was interrupted by a restart of Hangar';
       await withTx(this.ownerCtx(row), async (tx) => {
-        await exec(tx).updateTable('templates').set({ status: 'failed', error, updated_at: nowIso(), build_finished_at: nowIso() }).where('id', '=', id).execute();
+        await exec(tx)
+          .updateTable('templates')
+          .set({ status: 'failed', error, updated_at: nowIso(), build_finished_at: nowIso() })
+          .where('id', '=', id)
+          .execute();
         await templateActivity(tx, row, 'failed', error);
       });
       await this.deps.blobs.append(logKey(id), 'error: the build was interrupted by a restart of Hangar\n').catch(() => undefined);
     }
-    const pending = await db.selectFrom('templates').select(['id']).where('status', '=', 'pending').where('owner', '!=', SYSTEM).where('node_id', '=', this.deps.config.sandboxes.nodeId).orderBy('created_at').execute();
+    const pending = await db
+      .selectFrom('templates')
+      .select(['id'])
+      .where('status', '=', 'pending')
+      .where('owner', '!=', SYSTEM)
+      .where('node_id', '=', this.deps.config.sandboxes.nodeId)
+      .orderBy('created_at')
+      .execute();
     for (const { id } of pending) this.enqueue(id);
   }
 
   /** The context a build acts in: the template's creator, in its organization (none for a system template). */
   private ownerCtx(row: { owner: string; created_by_user_id: string | null }) {
-    return systemCtx(this.deps, { userId: row.created_by_user_id ?? 'system', orgId: row.owner === SYSTEM ? null : row.owner, role: null, scopes: new Set(), apiKeyId: null });
+    return systemCtx(this.deps, {
+      userId: row.created_by_user_id ?? 'system',
+      orgId: row.owner === SYSTEM ? null : row.owner,
+      role: null,
+      scopes: new Set(),
+      apiKeyId: null,
+    });
   }
 
   private async build(id: string): Promise<void> {
@@ -130,7 +147,9 @@ export class TemplateBuilder {
       const parent = row.parent_id
         ? await resolveTemplate({ ...ctx, principal: { ...ctx.principal, orgId: row.owner === SYSTEM ? 'system' : row.owner } }, '', row.parent_id)
         : { layers: [], env: {} as Record<string, string> };
-      await log(`==> Building template ${row.slug} on ${deps.sandboxes.base.osName} (${plan.steps.length} step${plan.steps.length === 1 ? '' : 's'})`);
+      await log(
+        `==> Building template ${row.slug} on ${deps.sandboxes.base.osName} (${plan.steps.length} step${plan.steps.length === 1 ? '' : 's'})`,
+      );
       await requireFreeDisk(deps.config.sandboxes, 'the build cannot start');
       await deps.sandboxes.newLayer(id);
       if (plan.steps.length) {
@@ -174,13 +193,23 @@ export class TemplateBuilder {
           }
           for (const rest of [carry.stdout, carry.stderr]) if (rest) await log(rest);
           if (!exit) throw new Error('the build was cancelled');
-          if (exit.timedOut) throw new Error(`step ${i + 1} (${step.title}) ran past the build timeout of ${deps.config.sandboxes.buildTimeoutSeconds} s`);
+          if (exit.timedOut)
+            throw new Error(`step ${i + 1} (${step.title}) ran past the build timeout of ${deps.config.sandboxes.buildTimeoutSeconds} s`);
           if (exit.exitCode !== 0) {
             throw new Error(`step ${i + 1} (${step.title}) failed: ${exit.signal ? `killed by ${exit.signal}` : `exit code ${exit.exitCode}`}`);
           }
           const progress = Math.floor(((i + 1) * 100) / plan.steps.length);
-          await db.updateTable('templates').set({ progress: Math.min(progress, 99), updated_at: nowIso() }).where('id', '=', id).execute();
-          await deps.bus.publish(buildChannel(id), { type: 'progress', progress: Math.min(progress, 99), step: i + 1, steps: plan.steps.length } satisfies BuildMessage);
+          await db
+            .updateTable('templates')
+            .set({ progress: Math.min(progress, 99), updated_at: nowIso() })
+            .where('id', '=', id)
+            .execute();
+          await deps.bus.publish(buildChannel(id), {
+            type: 'progress',
+            progress: Math.min(progress, 99),
+            step: i + 1,
+            steps: plan.steps.length,
+          } satisfies BuildMessage);
         }
         await log('==> Saving the layer');
         await deps.sandboxes.saveLayer(buildId, id);

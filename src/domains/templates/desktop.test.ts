@@ -22,7 +22,12 @@ describe('the desktop-ubuntu system template', () => {
     expect(template).toMatchObject({ status: 'ready', progress: 100, system: true, error: null });
     expect(template.runs).toContain('X display :99');
 
-    const created = await h.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: admin.headers, payload: { template: 'desktop-ubuntu', network: false } });
+    const created = await h.app.inject({
+      method: 'POST',
+      url: '/v1/sandboxes',
+      headers: admin.headers,
+      payload: { template: 'desktop-ubuntu', network: false },
+    });
     expect(created.statusCode).toBe(201);
     const id = json(created).data.id;
     const cmd = [

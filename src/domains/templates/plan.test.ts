@@ -372,9 +372,13 @@ describe('planFromBuilder: env', () => {
     for (const step of plan.steps) expect(step.script.startsWith(`${head}\n`)).toBe(true);
     // our DEBIAN_FRONTEND comes after the user's env so it wins
     expect(plan.steps[0].script).toBe(
-      [head, 'export DEBIAN_FRONTEND=noninteractive', 'apt-get update -q', 'apt-get install -y -q --no-install-recommends python3-pip jq', ...APT_TAIL].join(
-        '\n',
-      ),
+      [
+        head,
+        'export DEBIAN_FRONTEND=noninteractive',
+        'apt-get update -q',
+        'apt-get install -y -q --no-install-recommends python3-pip jq',
+        ...APT_TAIL,
+      ].join('\n'),
     );
   });
 
@@ -449,9 +453,7 @@ describe('planFromDockerfile: parsing', () => {
 
   it('ignores the syntax directive and refuses another escape character', () => {
     expect(planFromDockerfile('# syntax=docker/dockerfile:1\n# escape=\\\nFROM base-ubuntu').from).toBe('base-ubuntu');
-    expect(dockerfileError('# syntax=docker/dockerfile:1\n# escape=`\nFROM base-ubuntu')).toMatch(
-      /^line 2: the escape directive is not supported/,
-    );
+    expect(dockerfileError('# syntax=docker/dockerfile:1\n# escape=`\nFROM base-ubuntu')).toMatch(/^line 2: the escape directive is not supported/);
   });
 
   it('refuses more than 64 KiB, more than 200 instructions and NUL', () => {
@@ -545,7 +547,9 @@ describe('planFromDockerfile: RUN', () => {
     );
     expect(dockerfileError('FROM base-ubuntu\nRUN --network=none true')).toMatch(/^line 2: RUN --network is not supported/);
     expect(dockerfileError('FROM base-ubuntu\nRUN --security=insecure true')).toMatch(/^line 2: RUN --security is not supported/);
-    expect(dockerfileError('FROM base-ubuntu\nRUN cat <<EOF > /etc/motd\nhello\nEOF')).toMatch(/^line 2: RUN with a heredoc \(<<EOF\) is not supported/);
+    expect(dockerfileError('FROM base-ubuntu\nRUN cat <<EOF > /etc/motd\nhello\nEOF')).toMatch(
+      /^line 2: RUN with a heredoc \(<<EOF\) is not supported/,
+    );
     expect(dockerfileError('FROM base-ubuntu\nRUN <<-"END"\necho\nEND')).toMatch(/^line 2: RUN with a heredoc/);
     expect(planFromDockerfile('FROM base-ubuntu\nRUN echo $((1<<4))').steps).toHaveLength(1);
   });
@@ -673,7 +677,9 @@ describe('planFromDockerfile: ENV, ARG, WORKDIR, LABEL', () => {
 
   it('WORKDIR: absolute or resolved against the current one; later RUN steps mkdir -p and cd into it', () => {
     const plan = planFromDockerfile(
-      ['FROM base-ubuntu', 'ENV A=1', 'WORKDIR /srv/app', 'RUN make', 'WORKDIR ./sub/../build/', "WORKDIR 'with space'", 'RUN make install'].join('\n'),
+      ['FROM base-ubuntu', 'ENV A=1', 'WORKDIR /srv/app', 'RUN make', 'WORKDIR ./sub/../build/', "WORKDIR 'with space'", 'RUN make install'].join(
+        '\n',
+      ),
     );
     expect(plan.workdir).toBe('/srv/app/build/with space');
     expect(plan.steps.map((s) => s.script)).toEqual([
@@ -714,15 +720,26 @@ describe('planFromDockerfile: ENV, ARG, WORKDIR, LABEL', () => {
 });
 
 describe('planFromDockerfile: unsupported instructions', () => {
-  it.each(['COPY . /app', 'ADD https://example.com/x /x', 'CMD ["node"]', 'ENTRYPOINT ["sh"]', 'EXPOSE 80', 'VOLUME /data', 'HEALTHCHECK NONE', 'SHELL ["/bin/bash", "-c"]', 'ONBUILD RUN true', 'STOPSIGNAL SIGTERM', 'MAINTAINER me', 'USER root', 'user user'])(
-    'refuses %s with its line number and the supported list',
-    (instruction) => {
-      const keyword = instruction.split(' ')[0].toUpperCase();
-      const message = dockerfileError(`FROM base-ubuntu\n# comment\n${instruction}`);
-      expect(message.startsWith(`line 3: ${keyword} is not supported: `)).toBe(true);
-      expect(message.endsWith('. Supported instructions are FROM, RUN, ENV, WORKDIR, ARG, LABEL')).toBe(true);
-    },
-  );
+  it.each([
+    'COPY . /app',
+    'ADD https://example.com/x /x',
+    'CMD ["node"]',
+    'ENTRYPOINT ["sh"]',
+    'EXPOSE 80',
+    'VOLUME /data',
+    'HEALTHCHECK NONE',
+    'SHELL ["/bin/bash", "-c"]',
+    'ONBUILD RUN true',
+    'STOPSIGNAL SIGTERM',
+    'MAINTAINER me',
+    'USER root',
+    'user user',
+  ])('refuses %s with its line number and the supported list', (instruction) => {
+    const keyword = instruction.split(' ')[0].toUpperCase();
+    const message = dockerfileError(`FROM base-ubuntu\n# comment\n${instruction}`);
+    expect(message.startsWith(`line 3: ${keyword} is not supported: `)).toBe(true);
+    expect(message.endsWith('. Supported instructions are FROM, RUN, ENV, WORKDIR, ARG, LABEL')).toBe(true);
+  });
 
   it('explains why USER and COPY are refused', () => {
     expect(dockerfileError('FROM base-ubuntu\nUSER user')).toContain('builds run as root and sandboxes always run as the unprivileged user "user"');

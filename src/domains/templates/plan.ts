@@ -294,10 +294,7 @@ export function planFromBuilder(input: BuilderInput, hostOs: string, hostNodeVer
       const spec = catalogue[name];
       if (typeof r.version !== 'string' || !versionMatches(r.version, spec.version)) {
         const asked = typeof r.version === 'string' ? JSON.stringify(r.version) : 'a version string';
-        throw errors.invalidField(
-          `runtimes[${i}].version`,
-          `got ${asked}: ${spec.offers(spec.version)}; use ${acceptedVersions(spec.version)}`,
-        );
+        throw errors.invalidField(`runtimes[${i}].version`, `got ${asked}: ${spec.offers(spec.version)}; use ${acceptedVersions(spec.version)}`);
       }
       if (!runtimes.some((known) => known.name === name)) runtimes.push({ name, version: spec.version, packages: [...spec.packages] });
     });
@@ -677,7 +674,10 @@ export function planFromDockerfile(dockerfile: string, inherited: InheritedConte
     described.push(args ? `${keyword} ${args.replace(/\s+/g, ' ')}` : keyword);
     if (from === null && keyword !== 'FROM' && keyword !== 'ARG') {
       if (DOCKERFILE_INSTRUCTIONS.includes(keyword)) {
-        throw at(line, `${keyword} comes before FROM; a Dockerfile must start with FROM <template>, such as FROM base-ubuntu (only ARG may come first)`);
+        throw at(
+          line,
+          `${keyword} comes before FROM; a Dockerfile must start with FROM <template>, such as FROM base-ubuntu (only ARG may come first)`,
+        );
       }
     }
     switch (keyword) {
@@ -698,7 +698,10 @@ export function planFromDockerfile(dockerfile: string, inherited: InheritedConte
           );
         }
         if (slug === 'scratch') {
-          throw at(line, 'FROM scratch is not supported: every template builds on the base layer; FROM names a Hangar template slug such as base-ubuntu');
+          throw at(
+            line,
+            'FROM scratch is not supported: every template builds on the base layer; FROM names a Hangar template slug such as base-ubuntu',
+          );
         }
         if (!SLUG.test(slug)) {
           throw at(line, `FROM "${slug}" is not a template slug (lowercase letters, digits and "-", up to 63 characters), such as base-ubuntu`);

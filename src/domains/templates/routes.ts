@@ -68,7 +68,8 @@ export async function templateRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Delete a custom template',
-        description: 'Refused (409) while it builds, while a sandbox that is not destroyed uses it, or while another template is built on it. System templates cannot be deleted (403).',
+        description:
+          'Refused (409) while it builds, while a sandbox that is not destroyed uses it, or while another template is built on it. System templates cannot be deleted (403).',
         params: TemplateParams,
         response: { 204: z.null(), ...errorResponses },
       },

@@ -9,13 +9,26 @@ export const CreateTemplateBody = z
   .object({
     slug: TemplateSlug,
     name: z.string().min(1).max(200),
-    os: z.string().min(1).max(40).optional().describe('Default: this server’s own OS (see base-ubuntu’s `os`); other values are refused with the reason'),
-    runtimes: z.array(z.object({ name: z.string().min(1).max(40), version: z.string().min(1).max(40) }).strict()).max(20).optional(),
+    os: z
+      .string()
+      .min(1)
+      .max(40)
+      .optional()
+      .describe('Default: this server’s own OS (see base-ubuntu’s `os`); other values are refused with the reason'),
+    runtimes: z
+      .array(z.object({ name: z.string().min(1).max(40), version: z.string().min(1).max(40) }).strict())
+      .max(20)
+      .optional(),
     apt: z.array(z.string().min(1).max(200)).max(200).optional(),
     npm: z.array(z.string().min(1).max(214)).max(200).optional(),
     pip: z.array(z.string().min(1).max(200)).max(200).optional(),
     env: z.record(z.string(), z.string()).optional(),
-    dockerfile: z.string().min(1).max(64 * 1024).optional().describe('Alternative to the builder fields: FROM <template slug>, RUN, ENV, WORKDIR, ARG, LABEL'),
+    dockerfile: z
+      .string()
+      .min(1)
+      .max(64 * 1024)
+      .optional()
+      .describe('Alternative to the builder fields: FROM <template slug>, RUN, ENV, WORKDIR, ARG, LABEL'),
   })
   .strict();
 export type CreateTemplateBody = z.infer<typeof CreateTemplateBody>;

@@ -136,7 +136,12 @@ export async function templateRow(ctx: Ctx, slug: string): Promise<Row> {
 
 /** A visible template's build state, read fresh (the log stream reads it after subscribing); undefined once deleted. */
 export async function templateBuildState(ctx: Ctx, id: string): Promise<Pick<Row, 'status' | 'progress' | 'error'> | undefined> {
-  return exec(ctx).selectFrom('templates').select(['status', 'progress', 'error']).where('id', '=', id).where('owner', 'in', visible(ctx)).executeTakeFirst();
+  return exec(ctx)
+    .selectFrom('templates')
+    .select(['status', 'progress', 'error'])
+    .where('id', '=', id)
+    .where('owner', 'in', visible(ctx))
+    .executeTakeFirst();
 }
 
 /** A system template's id and status (for start-up prebuilds), undefined when it does not exist. */
@@ -146,7 +151,13 @@ export async function systemTemplateState(deps: Deps, slug: string): Promise<Pic
 
 export async function listTemplates(ctx: Ctx): Promise<Template[]> {
   requireScope(ctx, 'templates:read');
-  const rows = await exec(ctx).selectFrom('templates').selectAll().where('owner', 'in', visible(ctx)).orderBy('owner', 'desc').orderBy('slug').execute();
+  const rows = await exec(ctx)
+    .selectFrom('templates')
+    .selectAll()
+    .where('owner', 'in', visible(ctx))
+    .orderBy('owner', 'desc')
+    .orderBy('slug')
+    .execute();
   const byId = new Map(rows.map((r) => [r.id, r]));
   return rows.map((r) => toTemplate(ctx.deps, r, r.parent_id ? (byId.get(r.parent_id)?.slug ?? null) : r.source === 'base' ? null : 'base-ubuntu'));
 }
@@ -154,7 +165,12 @@ export async function listTemplates(ctx: Ctx): Promise<Template[]> {
 export type TemplateEvent = 'created' | 'build_started' | 'ready' | 'failed' | 'deleted';
 
 /** Records a change of an organization's template in the caller's transaction (system templates have no organization). */
-export async function templateActivity(ctx: Ctx, row: Pick<Row, 'id' | 'slug' | 'owner'>, event: TemplateEvent, error?: string | null): Promise<void> {
+export async function templateActivity(
+  ctx: Ctx,
+  row: Pick<Row, 'id' | 'slug' | 'owner'>,
+  event: TemplateEvent,
+  error?: string | null,
+): Promise<void> {
   if (row.owner === SYSTEM) return;
   const titles: Record<TemplateEvent, string> = {
     created: 'created',
@@ -183,7 +199,8 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
   const org = orgId(ctx);
   const { deps } = ctx;
   if (!deps.sandboxes.available) throw errors.unavailable(`templates cannot be built on this server: ${deps.sandboxes.unavailableReason}`);
-  if (deps.sandboxes.networkReason) throw errors.unavailable(`templates cannot be built on this server (builds need network): ${deps.sandboxes.networkReason}`);
+  if (deps.sandboxes.networkReason)
+    throw errors.unavailable(`templates cannot be built on this server (builds need network): ${deps.sandboxes.networkReason}`);
   const builderFields = (['os', 'runtimes', 'apt', 'npm', 'pip', 'env'] as const).filter((k) => body[k] !== undefined);
   let plan: BuildPlan;
   let parent: Row | null = null;
@@ -193,7 +210,8 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
     if (first.from && first.from !== 'base-ubuntu') {
       parent = (await findBySlug(ctx, first.from)) ?? null;
       if (!parent) throw errors.invalidField('dockerfile', `FROM ${first.from}: no such template`);
-      if (parent.status !== 'ready') throw errors.invalidState(`FROM ${first.from}: that template is ${parent.status}; build on it once it is ready`, parent.status);
+      if (parent.status !== 'ready')
+        throw errors.invalidState(`FROM ${first.from}: that template is ${parent.status}; build on it once it is ready`, parent.status);
       const c = await chain(ctx, parent);
       plan = planFromDockerfile(body.dockerfile, { env: c.env, workdir: c.workdir });
     } else {
@@ -266,7 +284,8 @@ export async function deleteTemplate(ctx: Ctx, slug: string): Promise<Row> {
     if (ctx.deps.db.dialect === 'postgres') lock = lock.forUpdate();
     const row = await lock.executeTakeFirst();
     if (!row) throw errors.notFound('template', slug);
-    if (row.status === 'building' || row.status === 'pending') throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
+    if (row.status === 'building' || row.status === 'pending')
+      throw errors.invalidState(`template "${slug}" is ${row.status}; delete it once its build has ended`, row.status);
     const templateUseCheck = ctx.deps.state.get(USE_CHECK).check;
     if (!templateUseCheck) throw new Error('deleteTemplate: no template use check is registered (buildApp registers the sandboxes domain’s)');
     const user = await templateUseCheck(tx, row.id);
@@ -315,7 +334,14 @@ export async function ensureSystemTemplates(deps: Deps): Promise<void> {
     os: base.os,
     source: 'base',
     request: '{}',
-    plan: JSON.stringify({ from: null, steps: [], env: {}, workdir: null, labels: {}, summary: { apt: [], npm: [], pip: [], runtimes: [], dockerfileInstructions: [] } }),
+    plan: JSON.stringify({
+      from: null,
+      steps: [],
+      env: {},
+      workdir: null,
+      labels: {},
+      summary: { apt: [], npm: [], pip: [], runtimes: [], dockerfileInstructions: [] },
+    }),
     parent_id: null,
     env: '{}',
     workdir: null,
@@ -330,7 +356,9 @@ export async function ensureSystemTemplates(deps: Deps): Promise<void> {
   await db
     .insertInto('templates')
     .values(baseRow)
-    .onConflict((oc) => oc.column('id').doUpdateSet({ status: baseRow.status, progress: baseRow.progress, os: base.os, error: baseRow.error, updated_at: now }))
+    .onConflict((oc) =>
+      oc.column('id').doUpdateSet({ status: baseRow.status, progress: baseRow.progress, os: base.os, error: baseRow.error, updated_at: now }),
+    )
     .execute();
   const desktopPlan = planFromBuilder({ apt: DESKTOP_PACKAGES, env: { DISPLAY: ':99' } }, base.os === 'unknown' ? 'debian-12' : base.os);
   await db

@@ -264,7 +264,12 @@ describe('a failing build', () => {
 
     const stream = await readLogStream(admin, slug);
     expect(stream.events[stream.events.length - 1]).toMatchObject({ event: 'status', data: { status: 'failed', error: template.error } });
-    const failed = await expectActivity(h, admin, { eventType: 'template.failed', resourceType: 'template', resourceId: template.id, metadata: { slug } });
+    const failed = await expectActivity(h, admin, {
+      eventType: 'template.failed',
+      resourceType: 'template',
+      resourceId: template.id,
+      metadata: { slug },
+    });
     expect(failed).toMatchObject({ severity: 'error', status: 'failed', summary: template.error });
   });
 
@@ -296,7 +301,14 @@ describe('Dockerfile builds', () => {
     const slug = 'docker-marker';
     const dockerfile = ['FROM base-ubuntu', 'ENV A=1', 'WORKDIR /opt/app', 'RUN echo built > /opt/app/marker'].join('\n');
     const { template } = await build(admin, { slug, name: 'Marker', dockerfile });
-    expect(template).toMatchObject({ status: 'ready', progress: 100, source: 'dockerfile', parent: 'base-ubuntu', workdir: '/opt/app', envKeys: ['A'] });
+    expect(template).toMatchObject({
+      status: 'ready',
+      progress: 100,
+      source: 'dockerfile',
+      parent: 'base-ubuntu',
+      workdir: '/opt/app',
+      envKeys: ['A'],
+    });
 
     const sbx = await newSandbox(admin, slug);
     const marker = await run(admin, sbx, 'cat /opt/app/marker; echo "A=$A"; pwd');
@@ -358,9 +370,19 @@ describe('bad input', () => {
   const cases: Array<{ name: string; body: Record<string, unknown>; path: string; message?: RegExp }> = [
     { name: 'an invalid slug', body: { slug: 'Bad_Slug', name: 'x' }, path: 'slug' },
     { name: 'a slug that starts with "-"', body: { slug: '-dash', name: 'x' }, path: 'slug' },
-    { name: 'another OS Hangar knows', body: { slug: 'other-os', name: 'x', os: 'ubuntu-24.04' }, path: 'os', message: new RegExp(`only "${hostOs()}" .*can be built`) },
+    {
+      name: 'another OS Hangar knows',
+      body: { slug: 'other-os', name: 'x', os: 'ubuntu-24.04' },
+      path: 'os',
+      message: new RegExp(`only "${hostOs()}" .*can be built`),
+    },
     { name: 'an unknown OS', body: { slug: 'win', name: 'x', os: 'windows' }, path: 'os', message: /unknown operating system "windows"/ },
-    { name: 'an apt name with shell characters', body: { slug: 'inject', name: 'x', apt: ['foo;rm'] }, path: 'apt[0]', message: /not a Debian package name/ },
+    {
+      name: 'an apt name with shell characters',
+      body: { slug: 'inject', name: 'x', apt: ['foo;rm'] },
+      path: 'apt[0]',
+      message: /not a Debian package name/,
+    },
     { name: 'a pip URL', body: { slug: 'pip-url', name: 'x', pip: ['https://example.com/pkg-1.0.tar.gz'] }, path: 'pip[0]', message: /not a URL/ },
     { name: 'a missing name', body: { slug: 'no-name' }, path: 'name' },
     { name: 'a NUL in an env value', body: { slug: 'env-nul', name: 'x', env: { A: 'a\u0000b' } }, path: 'env.A', message: /NUL/ },
@@ -407,7 +429,11 @@ describe('slugs', () => {
     const before = json(await call(other, 'GET', '/v1/templates')).data as any[];
     expect(before.map((t) => t.slug).sort()).toEqual(['base-ubuntu', 'desktop-ubuntu']);
     expectError(await call(other, 'POST', '/v1/sandboxes', { template: 'twice', network: false }), 404, 'not_found');
-    const from = expectError(await postTemplate(other, { slug: 'on-theirs', name: 'x', dockerfile: 'FROM twice\nRUN true\n' }), 400, 'invalid_request');
+    const from = expectError(
+      await postTemplate(other, { slug: 'on-theirs', name: 'x', dockerfile: 'FROM twice\nRUN true\n' }),
+      400,
+      'invalid_request',
+    );
     expect(from.message).toContain('FROM twice: no such template');
 
     const mine = await build(other, { slug: 'twice', name: 'Theirs' });
@@ -452,7 +478,11 @@ describe('a template that is still building', () => {
     expect(sandbox.state).toBe('building');
     const del = expectError(await call(admin, 'DELETE', `/v1/templates/${slug}`), 409, 'invalid_state');
     expect(del.state).toBe('building');
-    const child = expectError(await postTemplate(admin, { slug: 'slow-child', name: 'Child', dockerfile: `FROM ${slug}\nRUN true\n` }), 409, 'invalid_state');
+    const child = expectError(
+      await postTemplate(admin, { slug: 'slow-child', name: 'Child', dockerfile: `FROM ${slug}\nRUN true\n` }),
+      409,
+      'invalid_state',
+    );
     expect(child.state).toBe('building');
 
     const { template } = await waitForBuild(admin, slug);
@@ -572,7 +602,10 @@ describe('the build disk limit', () => {
   });
 
   it('builds within the limit, and the layer serves sandboxes (root and /usr)', async () => {
-    const t = await buildOn('fits', 'FROM base-ubuntu\nRUN echo small > /opt/small && mkdir -p /usr/local/share/fits && echo usr > /usr/local/share/fits/mark');
+    const t = await buildOn(
+      'fits',
+      'FROM base-ubuntu\nRUN echo small > /opt/small && mkdir -p /usr/local/share/fits && echo usr > /usr/local/share/fits/mark',
+    );
     expect(t.status, t.error).toBe('ready');
     const sbx = await req('POST', '/v1/sandboxes', { template: 'fits', network: false });
     expect(sbx.statusCode, sbx.body).toBe(201);
@@ -591,7 +624,12 @@ describe('the free host disk floor for builds', () => {
   afterAll(() => fh?.close());
 
   it('refuses a new build with 507 insufficient_storage saying why, and creates no template', async () => {
-    const res = await fh.app.inject({ method: 'POST', url: '/v1/templates', headers: owner.headers, payload: { slug: 'no-room', name: 'No room', dockerfile: 'FROM base-ubuntu\nRUN true' } });
+    const res = await fh.app.inject({
+      method: 'POST',
+      url: '/v1/templates',
+      headers: owner.headers,
+      payload: { slug: 'no-room', name: 'No room', dockerfile: 'FROM base-ubuntu\nRUN true' },
+    });
     const error = expectError(res, 507, 'insufficient_storage');
     expect(error.message).toContain('HANGAR_SANDBOX_MIN_FREE_DISK_MB');
     const got = await fh.app.inject({ method: 'GET', url: '/v1/templates/no-room', headers: owner.headers });

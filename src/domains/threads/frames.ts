@@ -105,7 +105,8 @@ const eventFields = {
 export const ThreadEvent = z.object({ ...eventFields, type: z.enum(DURABLE_TYPES), payload: z.unknown(), createdAt: z.string() });
 export type ThreadEvent = z.infer<typeof ThreadEvent>;
 
-const durable = <T extends DurableType>(type: T) => z.object({ ...eventFields, type: z.literal(type), payload: DurablePayloads[type], createdAt: z.string() });
+const durable = <T extends DurableType>(type: T) =>
+  z.object({ ...eventFields, type: z.literal(type), payload: DurablePayloads[type], createdAt: z.string() });
 
 /** A durable frame as published and sent live: a ThreadEvent whose payload has its type's shape. */
 export const DurableFrame = z.discriminatedUnion('type', [
@@ -169,7 +170,12 @@ export const TransientFrame = z.discriminatedUnion(
     transient('assistant_message_source', { delta: z.string().optional(), source: z.unknown().optional() }),
     transient('tool_call_started', { toolCallId: z.string().optional(), name: z.string().optional(), delta: z.string().optional() }),
     transient('tool_output_delta', { toolCallId: z.string().optional(), delta: z.string().optional() }),
-    transient('tool_call_completed', { toolCallId: z.string().optional(), name: z.string().optional(), isError: z.boolean().optional(), delta: z.string().optional() }),
+    transient('tool_call_completed', {
+      toolCallId: z.string().optional(),
+      name: z.string().optional(),
+      isError: z.boolean().optional(),
+      delta: z.string().optional(),
+    }),
   ],
   {
     error: (issue) =>
@@ -190,11 +196,32 @@ export interface TransientOrigin {
 
 /** Typed constructors for the transient frames a run emits. */
 export const transientFrames = {
-  assistantMessageDelta: (o: TransientOrigin, messageId: string, delta: string): TransientFrame => ({ type: 'assistant_message_delta', ...o, messageId, delta }),
-  assistantThinkingDelta: (o: TransientOrigin, messageId: string, delta: string): TransientFrame => ({ type: 'assistant_thinking_delta', ...o, messageId, delta }),
+  assistantMessageDelta: (o: TransientOrigin, messageId: string, delta: string): TransientFrame => ({
+    type: 'assistant_message_delta',
+    ...o,
+    messageId,
+    delta,
+  }),
+  assistantThinkingDelta: (o: TransientOrigin, messageId: string, delta: string): TransientFrame => ({
+    type: 'assistant_thinking_delta',
+    ...o,
+    messageId,
+    delta,
+  }),
   toolCallStarted: (o: TransientOrigin, toolCallId: string, name: string): TransientFrame => ({ type: 'tool_call_started', ...o, toolCallId, name }),
-  toolOutputDelta: (o: TransientOrigin, toolCallId: string, delta: string): TransientFrame => ({ type: 'tool_output_delta', ...o, toolCallId, delta }),
-  toolCallCompleted: (o: TransientOrigin, toolCallId: string, name: string, isError: boolean): TransientFrame => ({ type: 'tool_call_completed', ...o, toolCallId, name, isError }),
+  toolOutputDelta: (o: TransientOrigin, toolCallId: string, delta: string): TransientFrame => ({
+    type: 'tool_output_delta',
+    ...o,
+    toolCallId,
+    delta,
+  }),
+  toolCallCompleted: (o: TransientOrigin, toolCallId: string, name: string, isError: boolean): TransientFrame => ({
+    type: 'tool_call_completed',
+    ...o,
+    toolCallId,
+    name,
+    isError,
+  }),
 };
 
 // ---- metadata frames: live only, also sent to metadata-only (administrator) subscribers ---------

@@ -11,7 +11,11 @@ export interface HistoryMessage {
  * assistant messages in order. Scoped to the caller's organization: a thread of another organization reads as
  * empty. Other domains (runs) read thread history through this verb, never the tables.
  */
-export async function threadHistory(ctx: Ctx, threadId: string, rolloutId: string | null): Promise<{ summary: string | null; messages: HistoryMessage[] }> {
+export async function threadHistory(
+  ctx: Ctx,
+  threadId: string,
+  rolloutId: string | null,
+): Promise<{ summary: string | null; messages: HistoryMessage[] }> {
   if (!rolloutId) return { summary: null, messages: [] };
   const db = exec(ctx);
   const rollout = await db

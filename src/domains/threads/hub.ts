@@ -65,7 +65,15 @@ export class ThreadHub {
           },
           // Another replica's older (or newer) frame, or anything else on the channel: dropped, never fanned out. A
           // durable frame dropped here is not lost: the next one's gap is filled from the projection.
-          (error, message) => this.deps.log.warn({ threadId, issues: error.issues.slice(0, 5), type: typeof message === 'object' && message && 'type' in message ? String(message.type) : undefined }, 'dropped a malformed thread frame from the bus'),
+          (error, message) =>
+            this.deps.log.warn(
+              {
+                threadId,
+                issues: error.issues.slice(0, 5),
+                type: typeof message === 'object' && message && 'type' in message ? String(message.type) : undefined,
+              },
+              'dropped a malformed thread frame from the bus',
+            ),
         ),
         ready: Promise.resolve(),
         queue: Promise.resolve(),

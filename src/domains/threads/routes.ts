@@ -21,7 +21,18 @@ import {
   ThreadEventsBody,
   ThreadParams,
 } from './schemas.js';
-import { canSeeThread, compactThread, createThread, deleteThread, getThread, listEvents, listRollouts, listThreads, publishTransient, updateThread } from './service.js';
+import {
+  canSeeThread,
+  compactThread,
+  createThread,
+  deleteThread,
+  getThread,
+  listEvents,
+  listRollouts,
+  listThreads,
+  publishTransient,
+  updateThread,
+} from './service.js';
 import { serveSocket } from './socket.js';
 
 /** The threads domain's activity check (buildApp registers it). */
@@ -117,7 +128,8 @@ export async function threadRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Delete a thread',
-        description: 'Deletes its events, rollouts and JSONL; emits `thread_deleted` and closes live subscribers (code 4410). 409 THREAD_BUSY while a run is active. Owner or organization admin.',
+        description:
+          'Deletes its events, rollouts and JSONL; emits `thread_deleted` and closes live subscribers (code 4410). 409 THREAD_BUSY while a run is active. Owner or organization admin.',
         params: ThreadParams,
         response: { 204: z.null(), ...errorResponses },
       },
@@ -146,7 +158,11 @@ export async function threadRoutes(app: App, deps: Deps) {
       params: ThreadParams,
       querystring: EventsQuery,
       response: {
-        200: z.object({ data: z.object({ thread: Thread, events: z.array(ThreadEventSchema) }), hasMore: z.boolean(), nextCursor: z.string().nullable() }),
+        200: z.object({
+          data: z.object({ thread: Thread, events: z.array(ThreadEventSchema) }),
+          hasMore: z.boolean(),
+          nextCursor: z.string().nullable(),
+        }),
         ...errorResponses,
       },
     },
@@ -204,7 +220,8 @@ export async function threadRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Activity of a thread',
-        description: 'Its events (thread.renamed, .archived, .unarchived, .compacted, .deleted, and later runs’); accepts the query of GET /v1/activity.',
+        description:
+          'Its events (thread.renamed, .archived, .unarchived, .compacted, .deleted, and later runs’); accepts the query of GET /v1/activity.',
         params: ThreadParams,
         querystring: ActivityQuery.omit({ thread_id: true }),
         response: { 200: ActivityPage, ...errorResponses },

@@ -14,7 +14,10 @@ export const Rollout = z
     status: z.enum(['active', 'closed']),
     fromRolloutId: z.string().nullable().describe('The rollout this one compacted'),
     summary: z.string().nullable().describe('Summary of the previous rollout this one opens with'),
-    summaryMethod: z.enum(['extractive', 'model']).nullable().describe('How the summary was made: `model` (the thread’s agent model) or `extractive` (deterministic, from the messages)'),
+    summaryMethod: z
+      .enum(['extractive', 'model'])
+      .nullable()
+      .describe('How the summary was made: `model` (the thread’s agent model) or `extractive` (deterministic, from the messages)'),
     summaryModel: z.string().nullable(),
     eventCount: z.number().int(),
     firstSequence: z.number().int().nullable(),
@@ -62,13 +65,9 @@ export const PatchThreadBody = z
   .strict()
   .refine((b) => b.title !== undefined || b.archived !== undefined, 'give `title` and/or `archived`');
 
-export const CompactBody = z
-  .object({ reason: z.string().max(500).optional().describe('Recorded in `compaction_started`') })
-  .strict();
+export const CompactBody = z.object({ reason: z.string().max(500).optional().describe('Recorded in `compaction_started`') }).strict();
 
-export const CompactResult = z
-  .object({ thread: Thread, rollout: Rollout, events: z.array(ThreadEventSchema) })
-  .meta({ id: 'CompactionResult' });
+export const CompactResult = z.object({ thread: Thread, rollout: Rollout, events: z.array(ThreadEventSchema) }).meta({ id: 'CompactionResult' });
 
 /** How deep a frame's JSON may nest; serialising 10,000 levels overflowed the stack (a 500). */
 export const MAX_FRAME_DEPTH = 64;

@@ -8,7 +8,19 @@ import { nowIso, prefixedId } from '../../platform/ids.js';
 import { KeyedQueue } from '../../platform/keyed-queue.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
-import { DURABLE_TYPES, DurableInput, DurablePayloads, type DurablePayload, jsonlKey, threadChannel, ThreadEvent, TransientFrame, type BusFrame, type DurableFrame, type MetadataFrame } from './frames.js';
+import {
+  DURABLE_TYPES,
+  DurableInput,
+  DurablePayloads,
+  type DurablePayload,
+  jsonlKey,
+  threadChannel,
+  ThreadEvent,
+  TransientFrame,
+  type BusFrame,
+  type DurableFrame,
+  type MetadataFrame,
+} from './frames.js';
 import type { Rollout, Thread } from './schemas.js';
 
 type Row = Selectable<ThreadsTable>;
@@ -84,7 +96,19 @@ export async function createThread(
     await exec(tx).insertInto('threads').values(row).execute();
     await exec(tx)
       .insertInto('thread_rollouts')
-      .values({ id: rolloutId, thread_id: id, position: 0, kind: 'initial', status: 'active', from_rollout_id: null, summary: null, summary_method: null, summary_model: null, created_at: now, closed_at: null })
+      .values({
+        id: rolloutId,
+        thread_id: id,
+        position: 0,
+        kind: 'initial',
+        status: 'active',
+        from_rollout_id: null,
+        summary: null,
+        summary_method: null,
+        summary_model: null,
+        created_at: now,
+        closed_at: null,
+      })
       .execute();
   });
   return toThread(row);
@@ -109,7 +133,12 @@ export async function listRollouts(ctx: Ctx, id: string): Promise<Rollout[]> {
   const rollouts = await exec(ctx).selectFrom('thread_rollouts').selectAll().where('thread_id', '=', row.id).orderBy('position').execute();
   const stats = await exec(ctx)
     .selectFrom('thread_events')
-    .select(['rollout_id', (eb) => eb.fn.countAll<number>().as('n'), (eb) => eb.fn.min('sequence').as('first'), (eb) => eb.fn.max('sequence').as('last')])
+    .select([
+      'rollout_id',
+      (eb) => eb.fn.countAll<number>().as('n'),
+      (eb) => eb.fn.min('sequence').as('first'),
+      (eb) => eb.fn.max('sequence').as('last'),
+    ])
     .where('thread_id', '=', row.id)
     .groupBy('rollout_id')
     .execute();
@@ -158,7 +187,12 @@ export async function listEvents(
   const row = await ownThread(ctx, id, 'read its events');
   let query = exec(ctx).selectFrom('thread_events').selectAll().where('thread_id', '=', row.id);
   if (q.rollout_id) {
-    const known = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', q.rollout_id).executeTakeFirst();
+    const known = await exec(ctx)
+      .selectFrom('thread_rollouts')
+      .select('id')
+      .where('thread_id', '=', row.id)
+      .where('id', '=', q.rollout_id)
+      .executeTakeFirst();
     if (!known) throw errors.notFound('rollout', q.rollout_id);
     query = query.where('rollout_id', '=', q.rollout_id);
   } else if (q.include !== 'all_rollouts' && row.active_rollout_id) query = query.where('rollout_id', '=', row.active_rollout_id);
@@ -167,7 +201,10 @@ export async function listEvents(
     if (typeof after !== 'number') throw errors.invalidField('cursor', 'is not a cursor this endpoint issued');
     query = query.where('sequence', '>', after);
   }
-  const rows = await query.orderBy('sequence').limit(q.limit + 1).execute();
+  const rows = await query
+    .orderBy('sequence')
+    .limit(q.limit + 1)
+    .execute();
   const hasMore = rows.length > q.limit;
   const events = rows.slice(0, q.limit).map(toEvent);
   return { thread: toThread(row), events, hasMore, nextCursor: hasMore ? encodeCursor([events[events.length - 1]!.sequence]) : null };
@@ -200,7 +237,9 @@ function checkDurable(frame: DurableInput): DurableInput {
   const parsed = DurableInput.safeParse(frame);
   if (parsed.success) return parsed.data;
   if (!(DURABLE_TYPES as readonly string[]).includes(frame.type)) throw new Error(`${frame.type} is not a durable frame type`);
-  throw new Error(`a ${frame.type} frame does not match the catalogue: ${parsed.error.issues.map((i) => `${i.path.join('.')} ${i.message}`).join('; ')}`);
+  throw new Error(
+    `a ${frame.type} frame does not match the catalogue: ${parsed.error.issues.map((i) => `${i.path.join('.')} ${i.message}`).join('; ')}`,
+  );
 }
 
 /**
@@ -236,7 +275,17 @@ export async function appendDurable(
       await deps.blobs.append(key, text);
       await trx
         .insertInto('thread_events')
-        .values(events.map((e) => ({ thread_id: e.threadId, sequence: e.sequence, rollout_id: e.rolloutId, run_id: e.runId, type: e.type, payload: JSON.stringify(e.payload), created_at: e.createdAt })))
+        .values(
+          events.map((e) => ({
+            thread_id: e.threadId,
+            sequence: e.sequence,
+            rollout_id: e.rolloutId,
+            run_id: e.runId,
+            type: e.type,
+            payload: JSON.stringify(e.payload),
+            created_at: e.createdAt,
+          })),
+        )
         .execute();
       await trx
         .updateTable('threads')
@@ -294,7 +343,15 @@ function parseLine(line: string): ThreadEvent | null {
 async function projectEvent(trx: Trx, e: ThreadEvent): Promise<void> {
   await trx
     .insertInto('thread_events')
-    .values({ thread_id: e.threadId, sequence: e.sequence, rollout_id: e.rolloutId, run_id: e.runId, type: e.type, payload: JSON.stringify(e.payload), created_at: e.createdAt })
+    .values({
+      thread_id: e.threadId,
+      sequence: e.sequence,
+      rollout_id: e.rolloutId,
+      run_id: e.runId,
+      type: e.type,
+      payload: JSON.stringify(e.payload),
+      created_at: e.createdAt,
+    })
     .onConflict((oc) => oc.columns(['thread_id', 'sequence']).doNothing())
     .execute();
   if (e.type === 'compaction_completed') {
@@ -304,7 +361,19 @@ async function projectEvent(trx: Trx, e: ThreadEvent): Promise<void> {
       await trx.updateTable('thread_rollouts').set({ status: 'closed', closed_at: e.createdAt }).where('id', '=', p.fromRolloutId).execute();
       await trx
         .insertInto('thread_rollouts')
-        .values({ id: p.rolloutId, thread_id: e.threadId, position: p.position, kind: 'compaction', status: 'active', from_rollout_id: p.fromRolloutId, summary: p.summary, summary_method: p.summaryMethod, summary_model: p.summaryModel ?? null, created_at: e.createdAt, closed_at: null })
+        .values({
+          id: p.rolloutId,
+          thread_id: e.threadId,
+          position: p.position,
+          kind: 'compaction',
+          status: 'active',
+          from_rollout_id: p.fromRolloutId,
+          summary: p.summary,
+          summary_method: p.summaryMethod,
+          summary_model: p.summaryModel ?? null,
+          created_at: e.createdAt,
+          closed_at: null,
+        })
         .execute();
       await trx.updateTable('threads').set({ active_rollout_id: p.rolloutId }).where('id', '=', e.threadId).execute();
     }
@@ -375,7 +444,11 @@ async function publishMeta(deps: Deps, threadId: string, frame: MetadataFrame): 
 }
 
 function threadActivity(ctx: Ctx, row: Row, eventType: string, title: string, metadata: Record<string, unknown> = {}) {
-  return recordActivity(ctx, { resourceType: 'thread', resourceId: row.id, threadId: row.id, eventType, status: 'completed', title, metadata }, row.org_id);
+  return recordActivity(
+    ctx,
+    { resourceType: 'thread', resourceId: row.id, threadId: row.id, eventType, status: 'completed', title, metadata },
+    row.org_id,
+  );
 }
 
 export async function updateThread(ctx: Ctx, id: string, body: { title?: string | null; archived?: boolean }): Promise<Thread> {
@@ -385,11 +458,18 @@ export async function updateThread(ctx: Ctx, id: string, body: { title?: string 
   const renamed = body.title !== undefined && body.title !== row.title;
   const archiveChanged = body.archived !== undefined && (body.archived ? 1 : 0) !== row.archived;
   if (!renamed && !archiveChanged) return toThread(row);
-  const next: Row = { ...row, title: renamed ? (body.title ?? null) : row.title, archived: archiveChanged ? (body.archived ? 1 : 0) : row.archived, updated_at: now };
+  const next: Row = {
+    ...row,
+    title: renamed ? (body.title ?? null) : row.title,
+    archived: archiveChanged ? (body.archived ? 1 : 0) : row.archived,
+    updated_at: now,
+  };
   await withTx(ctx, async (tx) => {
     await exec(tx).updateTable('threads').set({ title: next.title, archived: next.archived, updated_at: now }).where('id', '=', id).execute();
-    if (renamed) await threadActivity(tx, row, 'thread.renamed', `Thread renamed to ${next.title ?? '(untitled)'}`, { from: row.title, to: next.title });
-    if (archiveChanged) await threadActivity(tx, row, next.archived ? 'thread.archived' : 'thread.unarchived', next.archived ? 'Thread archived' : 'Thread unarchived');
+    if (renamed)
+      await threadActivity(tx, row, 'thread.renamed', `Thread renamed to ${next.title ?? '(untitled)'}`, { from: row.title, to: next.title });
+    if (archiveChanged)
+      await threadActivity(tx, row, next.archived ? 'thread.archived' : 'thread.unarchived', next.archived ? 'Thread archived' : 'Thread unarchived');
   });
   if (renamed) await publishMeta(ctx.deps, id, { type: 'thread_renamed', threadId: id, title: next.title, updatedAt: now });
   if (archiveChanged) await publishMeta(ctx.deps, id, { type: 'thread_archived', threadId: id, archived: next.archived === 1, updatedAt: now });
@@ -409,7 +489,13 @@ export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
       const now = new Date();
       const took = await exec(tx)
         .insertInto('thread_run_locks')
-        .values({ thread_id: id, run_id: `delete_${ctx.requestId}`, holder: ctx.deps.config.sandboxes.nodeId, acquired_at: now.toISOString(), expires_at: new Date(now.getTime() + 60_000).toISOString() })
+        .values({
+          thread_id: id,
+          run_id: `delete_${ctx.requestId}`,
+          holder: ctx.deps.config.sandboxes.nodeId,
+          acquired_at: now.toISOString(),
+          expires_at: new Date(now.getTime() + 60_000).toISOString(),
+        })
         .onConflict((oc) =>
           oc
             .column('thread_id')
@@ -444,11 +530,17 @@ export type TransientPublisher = (frame: TransientFrame) => Promise<void>;
 export async function transientPublisher(ctx: Ctx, threadId: string, rolloutId: string): Promise<TransientPublisher> {
   requireScope(ctx, 'agent:run');
   const row = await ownThread(ctx, threadId, 'publish frames to it');
-  const rollout = await exec(ctx).selectFrom('thread_rollouts').select('id').where('thread_id', '=', row.id).where('id', '=', rolloutId).executeTakeFirst();
+  const rollout = await exec(ctx)
+    .selectFrom('thread_rollouts')
+    .select('id')
+    .where('thread_id', '=', row.id)
+    .where('id', '=', rolloutId)
+    .executeTakeFirst();
   if (!rollout) throw errors.invalidField('frame.rolloutId', `is not a rollout of thread ${threadId}`);
   const { deps } = ctx;
   return async (frame) => {
-    if (frame.rolloutId !== rolloutId) throw errors.invalidField('frame.rolloutId', `is not rollout ${rolloutId}, the one this publisher was opened for`);
+    if (frame.rolloutId !== rolloutId)
+      throw errors.invalidField('frame.rolloutId', `is not rollout ${rolloutId}, the one this publisher was opened for`);
     // `sequence` marks durable frames on the wire; a transient frame never carries one.
     const { sequence: _ignored, ...fields } = frame;
     await publishFrame(deps, threadId, TransientFrame.parse({ ...fields, threadId }));
@@ -470,7 +562,12 @@ export function threadBusy(activeRunId: string) {
  * Takes the thread's run lock for `runId` (a row per thread; an expired one is taken over), so at most one
  * run is active on a thread across every replica. Renew it while the run lasts; release it at the end.
  */
-export async function acquireRunLock(deps: Deps, threadId: string, runId: string, ttlMs = 60_000): Promise<{ acquired: true } | { acquired: false; activeRunId: string }> {
+export async function acquireRunLock(
+  deps: Deps,
+  threadId: string,
+  runId: string,
+  ttlMs = 60_000,
+): Promise<{ acquired: true } | { acquired: false; activeRunId: string }> {
   const now = new Date();
   const expires = new Date(now.getTime() + ttlMs).toISOString();
   const holder = deps.config.sandboxes.nodeId;
@@ -507,7 +604,12 @@ export async function releaseRunLock(deps: Deps, threadId: string, runId: string
 }
 
 export async function activeRun(deps: Deps, threadId: string): Promise<string | null> {
-  const row = await deps.db.kysely.selectFrom('thread_run_locks').select('run_id').where('thread_id', '=', threadId).where('expires_at', '>', nowIso()).executeTakeFirst();
+  const row = await deps.db.kysely
+    .selectFrom('thread_run_locks')
+    .select('run_id')
+    .where('thread_id', '=', threadId)
+    .where('expires_at', '>', nowIso())
+    .executeTakeFirst();
   return row?.run_id ?? null;
 }
 
@@ -524,7 +626,10 @@ export function extractiveSummary(events: ThreadEvent[]): string {
   };
   const messages = events
     .filter((e) => e.type === 'user_message' || e.type === 'assistant_message' || e.type === 'compaction_completed')
-    .map((e) => ({ who: e.type === 'user_message' ? 'User' : e.type === 'assistant_message' ? 'Assistant' : 'Earlier', text: e.type === 'compaction_completed' ? ((e.payload as { summary?: string }).summary ?? null) : text(e) }))
+    .map((e) => ({
+      who: e.type === 'user_message' ? 'User' : e.type === 'assistant_message' ? 'Assistant' : 'Earlier',
+      text: e.type === 'compaction_completed' ? ((e.payload as { summary?: string }).summary ?? null) : text(e),
+    }))
     .filter((m): m is { who: string; text: string } => !!m.text);
   const tools = events.filter((e) => e.type === 'tool_call').length;
   const head = `Summary of ${events.length} earlier event${events.length === 1 ? '' : 's'} (${messages.length} message${messages.length === 1 ? '' : 's'}, ${tools} tool call${tools === 1 ? '' : 's'}).`;
@@ -565,23 +670,70 @@ export async function compactThread(
     // Read again under the lock: a compaction that ended meanwhile moved the active rollout.
     const row = (await exec(ctx).selectFrom('threads').selectAll().where('id', '=', owned.id).executeTakeFirst()) ?? owned;
     const from = row.active_rollout_id!;
-    const started = await appendDurable(ctx.deps, id, [{ type: 'compaction_started', payload: { fromRolloutId: from, reason: body.reason ?? null }, rolloutId: from }]);
-    const previous = (await ctx.deps.db.kysely.selectFrom('thread_events').selectAll().where('thread_id', '=', id).where('rollout_id', '=', from).orderBy('sequence').execute()).map(toEvent);
+    const started = await appendDurable(ctx.deps, id, [
+      { type: 'compaction_started', payload: { fromRolloutId: from, reason: body.reason ?? null }, rolloutId: from },
+    ]);
+    const previous = (
+      await ctx.deps.db.kysely
+        .selectFrom('thread_events')
+        .selectAll()
+        .where('thread_id', '=', id)
+        .where('rollout_id', '=', from)
+        .orderBy('sequence')
+        .execute()
+    ).map(toEvent);
     const byModel = summarize ? await summarize(previous).catch(() => null) : null;
     const summary = byModel?.summary ?? extractiveSummary(previous.filter((e) => e.type !== 'compaction_started'));
     const method: DurablePayload<'compaction_completed'>['summaryMethod'] = byModel ? 'model' : 'extractive';
-    const position = (await ctx.deps.db.kysely.selectFrom('thread_rollouts').select((eb) => eb.fn.max('position').as('p')).where('thread_id', '=', id).executeTakeFirst())?.p;
+    const position = (
+      await ctx.deps.db.kysely
+        .selectFrom('thread_rollouts')
+        .select((eb) => eb.fn.max('position').as('p'))
+        .where('thread_id', '=', id)
+        .executeTakeFirst()
+    )?.p;
     const rolloutId = prefixedId('rol');
-    const payload = { rolloutId, fromRolloutId: from, position: Number(position ?? 0) + 1, summary, summaryMethod: method, summaryModel: byModel?.model ?? null };
+    const payload = {
+      rolloutId,
+      fromRolloutId: from,
+      position: Number(position ?? 0) + 1,
+      summary,
+      summaryMethod: method,
+      summaryModel: byModel?.model ?? null,
+    };
     const completed = await appendDurable(ctx.deps, id, [{ type: 'compaction_completed', payload, rolloutId }], {
       extra: async (trx, events) => {
         await trx.updateTable('thread_rollouts').set({ status: 'closed', closed_at: events[0]!.createdAt }).where('id', '=', from).execute();
         await trx
           .insertInto('thread_rollouts')
-          .values({ id: rolloutId, thread_id: id, position: payload.position, kind: 'compaction', status: 'active', from_rollout_id: from, summary, summary_method: method, summary_model: payload.summaryModel, created_at: events[0]!.createdAt, closed_at: null })
+          .values({
+            id: rolloutId,
+            thread_id: id,
+            position: payload.position,
+            kind: 'compaction',
+            status: 'active',
+            from_rollout_id: from,
+            summary,
+            summary_method: method,
+            summary_model: payload.summaryModel,
+            created_at: events[0]!.createdAt,
+            closed_at: null,
+          })
           .execute();
         await trx.updateTable('threads').set({ active_rollout_id: rolloutId }).where('id', '=', id).execute();
-        await recordActivity({ ...ctx, trx }, { resourceType: 'thread', resourceId: id, threadId: id, eventType: 'thread.compacted', status: 'completed', title: 'Thread compacted', metadata: { fromRolloutId: from, rolloutId, summaryMethod: method, events: previous.length } }, row.org_id);
+        await recordActivity(
+          { ...ctx, trx },
+          {
+            resourceType: 'thread',
+            resourceId: id,
+            threadId: id,
+            eventType: 'thread.compacted',
+            status: 'completed',
+            title: 'Thread compacted',
+            metadata: { fromRolloutId: from, rolloutId, summaryMethod: method, events: previous.length },
+          },
+          row.org_id,
+        );
       },
     });
     const fresh = await exec(ctx).selectFrom('threads').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
@@ -591,4 +743,3 @@ export async function compactThread(
     await releaseRunLock(ctx.deps, id, runId);
   }
 }
-

@@ -81,7 +81,10 @@ class Client {
 
 const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from + 1) }, (_, i) => from + i);
 const messages = (n: number, tag = 'm'): DurableInput[] =>
-  Array.from({ length: n }, (_, i) => ({ type: i % 2 ? 'assistant_message' : 'user_message', runId: 'run_live', payload: { text: `${tag} ${i}` } }) as DurableInput);
+  Array.from(
+    { length: n },
+    (_, i) => ({ type: i % 2 ? 'assistant_message' : 'user_message', runId: 'run_live', payload: { text: `${tag} ${i}` } }) as DurableInput,
+  );
 
 /** A running app with real sockets; every client it opens is closed in `closeAll`. */
 function liveServer(h: () => Harness) {
@@ -196,7 +199,12 @@ describe('thread WebSocket', () => {
         resumed.push({ client: await server.connect(t.id, { api_key: owner.key, last_sequence: last }), from: last });
       }
       await writer;
-      for (const { client } of resumed) await until('the last frame', () => client.lastSequence() === 200, { timeoutMs: 20_000, intervalMs: POLL, detail: () => client.lastSequence() });
+      for (const { client } of resumed)
+        await until('the last frame', () => client.lastSequence() === 200, {
+          timeoutMs: 20_000,
+          intervalMs: POLL,
+          detail: () => client.lastSequence(),
+        });
 
       const stored = json(await h.app.inject({ method: 'GET', url: `/v1/threads/${t.id}/events?limit=500`, headers: owner.headers })).data.events;
       for (const { client, from } of resumed) {
@@ -294,8 +302,12 @@ describe('thread WebSocket', () => {
     it('PATCH emits thread_renamed and thread_archived', async () => {
       const t = await createThread(h, owner, { title: 'before' });
       const c = await server.connect(t.id, { api_key: owner.key });
-      const renamed = json(await h.app.inject({ method: 'PATCH', url: `/v1/threads/${t.id}`, headers: owner.headers, payload: { title: 'after' } })).data;
-      const archived = json(await h.app.inject({ method: 'PATCH', url: `/v1/threads/${t.id}`, headers: owner.headers, payload: { archived: true } })).data;
+      const renamed = json(
+        await h.app.inject({ method: 'PATCH', url: `/v1/threads/${t.id}`, headers: owner.headers, payload: { title: 'after' } }),
+      ).data;
+      const archived = json(
+        await h.app.inject({ method: 'PATCH', url: `/v1/threads/${t.id}`, headers: owner.headers, payload: { archived: true } }),
+      ).data;
       await until('two metadata frames', () => c.frames.length === 3, { timeoutMs: 10_000, intervalMs: POLL, detail: () => c.frames });
       expect(c.frames.slice(1)).toEqual([
         { type: 'thread_renamed', threadId: t.id, title: 'after', updatedAt: renamed.updatedAt },
@@ -350,7 +362,11 @@ describe('thread WebSocket', () => {
     });
 
     it('a key without agent:read closes with 4403 naming the scope', async () => {
-      const key = await keyFor(h, owner, ALL_SCOPES.filter((s) => s !== 'agent:read'));
+      const key = await keyFor(
+        h,
+        owner,
+        ALL_SCOPES.filter((s) => s !== 'agent:read'),
+      );
       const close = await closed(t.id, { api_key: key });
       expect(close.code).toBe(4403);
       expect(close.reason).toContain('agent:read');
@@ -395,8 +411,14 @@ describe('thread WebSocket', () => {
 
       await appendDurable(h.deps, mt.id, messages(2));
       expect((await postFrame(h, member, mt.id, transient(mt.activeRolloutId))).statusCode).toBe(202);
-      expect((await h.app.inject({ method: 'PATCH', url: `/v1/threads/${mt.id}`, headers: member.headers, payload: { title: 'renamed' } })).statusCode).toBe(200);
-      await until('the rename on both', () => own.frames.some((f) => f.type === 'thread_renamed') && admin.frames.some((f) => f.type === 'thread_renamed'), { timeoutMs: 20_000, intervalMs: POLL });
+      expect(
+        (await h.app.inject({ method: 'PATCH', url: `/v1/threads/${mt.id}`, headers: member.headers, payload: { title: 'renamed' } })).statusCode,
+      ).toBe(200);
+      await until(
+        'the rename on both',
+        () => own.frames.some((f) => f.type === 'thread_renamed') && admin.frames.some((f) => f.type === 'thread_renamed'),
+        { timeoutMs: 20_000, intervalMs: POLL },
+      );
 
       expect(own.frames.slice(1).map((f) => f.type)).toEqual(['user_message', 'assistant_message', 'assistant_message_delta', 'thread_renamed']);
       expect(admin.frames.map((f) => f.type)).toEqual(['snapshot', 'thread_renamed']);
@@ -406,7 +428,10 @@ describe('thread WebSocket', () => {
   describe('credentials that stop being valid', () => {
     /** The key's id from its secret, as an admin lists it. */
     async function keyId(key: string): Promise<string> {
-      const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?limit=200', headers: owner.headers })).data as { id: string; prefix: string }[];
+      const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?limit=200', headers: owner.headers })).data as {
+        id: string;
+        prefix: string;
+      }[];
       return keys.find((k) => key.startsWith(k.prefix))!.id;
     }
 
@@ -452,7 +477,12 @@ describe('thread WebSocket', () => {
       const t = await createThread(h, author);
       const watching = await server.connect(t.id, { token: second.token });
       expect(watching.snapshot.view).toBe('metadata');
-      const res = await h.app.inject({ method: 'PATCH', url: `/v1/organizations/${owner.orgId}/members/${second.userId}`, headers: owner.headers, payload: { role: 'member' } });
+      const res = await h.app.inject({
+        method: 'PATCH',
+        url: `/v1/organizations/${owner.orgId}/members/${second.userId}`,
+        headers: owner.headers,
+        payload: { role: 'member' },
+      });
       expect(res.statusCode, res.body).toBe(200);
       await watching.waitFor(() => watching.close !== null, 'the close', 1_000);
       expect(watching.close!.code).toBe(4401);
@@ -469,12 +499,19 @@ describe('thread WebSocket', () => {
       const byToken = await server.connect(t.id, { token: member.token });
       expect(byKey.snapshot.view).toBe('owner');
       expect(byToken.snapshot.view).toBe('owner');
-      const removed = await h.app.inject({ method: 'DELETE', url: `/v1/organizations/${owner.orgId}/members/${member.userId}`, headers: owner.headers });
+      const removed = await h.app.inject({
+        method: 'DELETE',
+        url: `/v1/organizations/${owner.orgId}/members/${member.userId}`,
+        headers: owner.headers,
+      });
       expect(removed.statusCode, removed.body).toBe(204);
       await byKey.waitFor(() => byKey.close !== null, 'the key socket to close', 1_000);
       await byToken.waitFor(() => byToken.close !== null, 'the session socket to close', 1_000);
       expect([byKey.close!.code, byToken.close!.code]).toEqual([4401, 4401]);
-      const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?include_revoked=true&limit=200', headers: owner.headers })).data as { userId: string; revokedAt: string | null }[];
+      const keys = json(await h.app.inject({ method: 'GET', url: '/v1/api-keys?include_revoked=true&limit=200', headers: owner.headers })).data as {
+        userId: string;
+        revokedAt: string | null;
+      }[];
       const theirs = keys.filter((k) => k.userId === member.userId);
       expect(theirs.length).toBeGreaterThan(0);
       expect(theirs.every((k) => k.revokedAt !== null)).toBe(true);
@@ -526,7 +563,11 @@ describe('thread WebSocket', () => {
       expect(grown).toBeLessThan(40 * 1024 * 1024);
 
       (slow.ws as unknown as { _socket: { resume(): void } })._socket.resume();
-      await until('the slow reader to drain', () => slow.close !== null || slow.lastSequence() === DURABLE, { timeoutMs: 30_000, intervalMs: POLL, detail: () => [slow.frames.length, slow.close] });
+      await until('the slow reader to drain', () => slow.close !== null || slow.lastSequence() === DURABLE, {
+        timeoutMs: 30_000,
+        intervalMs: POLL,
+        detail: () => [slow.frames.length, slow.close],
+      });
       const slowTransient = slow.frames.filter((f) => f.type === 'assistant_message_delta');
       if (slow.close) {
         expect(slow.close.code).toBe(4409);
@@ -555,7 +596,11 @@ describe('thread WebSocket', () => {
       const serverSide = [...wss.clients].find((s) => !others.has(s))!;
       (slow.ws as unknown as { _socket: { pause(): void } })._socket.pause();
       // 640 KiB a batch until the server gives up on the paused socket (how much the kernel buffers varies by host).
-      const big = (n: number): DurableInput[] => Array.from({ length: n }, () => ({ type: 'tool_result', payload: { toolCallId: 'call_big', name: 'exec_command', output: 'y'.repeat(32 * 1024), isError: false } }));
+      const big = (n: number): DurableInput[] =>
+        Array.from({ length: n }, () => ({
+          type: 'tool_result',
+          payload: { toolCallId: 'call_big', name: 'exec_command', output: 'y'.repeat(32 * 1024), isError: false },
+        }));
       let total = 0;
       while (serverSide.readyState === WebSocket.OPEN && total < 4000) total += (await appendDurable(h.deps, t.id, big(20))).length;
       expect(serverSide.readyState).not.toBe(WebSocket.OPEN);
@@ -630,7 +675,10 @@ function startReplicaWriter(env: Record<string, string>, threadId: string, calls
   child.stderr.on('data', (d) => (err += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
   return {
-    ready: Promise.race([until('the third replica to start', () => out.includes('ready'), { timeoutMs: 30_000, intervalMs: POLL }), exited.then((c) => Promise.reject(new Error(`third replica exited ${c}: ${err}`)))]),
+    ready: Promise.race([
+      until('the third replica to start', () => out.includes('ready'), { timeoutMs: 30_000, intervalMs: POLL }),
+      exited.then((c) => Promise.reject(new Error(`third replica exited ${c}: ${err}`))),
+    ]),
     done: exited.then((c) => {
       const m = /done (\d+)/.exec(out);
       if (c !== 0 || !m) throw new Error(`third replica exited ${c}: ${err}`);
@@ -683,7 +731,14 @@ describe('fan-out across Hangar instances', () => {
     for (let i = 0; i < 20; i++) {
       const events = await appendDurable(b.deps, t.id, messages(1 + (i % 2), `b${i}`));
       expected.push(...events.map((e) => `d${e.sequence}`));
-      const res = await postFrame(b, owner, t.id, { type: 'tool_output_delta', runId: 'run_b', rolloutId: t.activeRolloutId, sequenceNumber: events.at(-1)!.sequence, delta: `out ${i}`, messageId: `tool_${i}` });
+      const res = await postFrame(b, owner, t.id, {
+        type: 'tool_output_delta',
+        runId: 'run_b',
+        rolloutId: t.activeRolloutId,
+        sequenceNumber: events.at(-1)!.sequence,
+        delta: `out ${i}`,
+        messageId: `tool_${i}`,
+      });
       expect(res.statusCode, res.body).toBe(202);
       expected.push(`t${i}`);
     }
@@ -698,7 +753,10 @@ describe('fan-out across Hangar instances', () => {
     const key = await keyFor(a, owner, ['*']);
     const onB = await serverB.connect(t.id, { api_key: key });
     expect(onB.snapshot.view).toBe('owner');
-    const keys = json(await a.app.inject({ method: 'GET', url: '/v1/api-keys?limit=200', headers: owner.headers })).data as { id: string; prefix: string }[];
+    const keys = json(await a.app.inject({ method: 'GET', url: '/v1/api-keys?limit=200', headers: owner.headers })).data as {
+      id: string;
+      prefix: string;
+    }[];
     const id = keys.find((k) => key.startsWith(k.prefix))!.id;
     expect((await a.app.inject({ method: 'DELETE', url: `/v1/api-keys/${id}`, headers: owner.headers })).statusCode).toBe(200);
     await onB.waitFor(() => onB.close !== null, 'the close on B', 1_000);
@@ -753,8 +811,16 @@ describe('fan-out across Hangar instances', () => {
     const appendedByThird = await third.done;
     for (const r of restore) r();
     const total = inProcess + appendedByThird;
-    for (const [name, c] of [['A', onA], ['B', onB], ['late A', lateA!]] as const) {
-      await until(`the last frame on ${name}`, () => c.lastSequence() === total, { timeoutMs: 20_000, intervalMs: POLL, detail: () => [c.lastSequence(), c.frames.length, c.close] });
+    for (const [name, c] of [
+      ['A', onA],
+      ['B', onB],
+      ['late A', lateA!],
+    ] as const) {
+      await until(`the last frame on ${name}`, () => c.lastSequence() === total, {
+        timeoutMs: 20_000,
+        intervalMs: POLL,
+        detail: () => [c.lastSequence(), c.frames.length, c.close],
+      });
     }
     await sleep(100); // nothing more (no repeats) arrives
     expect(onA.durable().map((f) => f.sequence)).toEqual(range(1, total));
@@ -763,13 +829,21 @@ describe('fan-out across Hangar instances', () => {
 
     const stored: Frame[] = [];
     for (let cursor: string | null = ''; cursor !== null; ) {
-      const page: any = json(await b.app.inject({ method: 'GET', url: `/v1/threads/${t.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ''}`, headers: owner.headers }));
+      const page: any = json(
+        await b.app.inject({
+          method: 'GET',
+          url: `/v1/threads/${t.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ''}`,
+          headers: owner.headers,
+        }),
+      );
       stored.push(...page.data.events);
       cursor = page.nextCursor;
     }
     expect(onA.durable()).toEqual(stored);
     expect(stored.filter((e) => e.runId === 'run_third')).toHaveLength(appendedByThird);
-    const lines = readFileSync(path.join(dir, 'blobs', 'threads', t.orgId, `${t.id}.jsonl`), 'utf8').trimEnd().split('\n');
+    const lines = readFileSync(path.join(dir, 'blobs', 'threads', t.orgId, `${t.id}.jsonl`), 'utf8')
+      .trimEnd()
+      .split('\n');
     expect(lines.map((l) => JSON.parse(l))).toEqual(stored);
   });
 });

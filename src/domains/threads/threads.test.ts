@@ -53,7 +53,10 @@ const sequences = (events: ThreadEvent[]) => events.map((e) => e.sequence);
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 const messages = (n: number, from = 1): DurableInput[] =>
-  Array.from({ length: n }, (_, i) => ({ type: i % 2 ? 'assistant_message' : 'user_message', runId: 'run_test', payload: { text: `message ${from + i}` } }) as DurableInput);
+  Array.from(
+    { length: n },
+    (_, i) => ({ type: i % 2 ? 'assistant_message' : 'user_message', runId: 'run_test', payload: { text: `message ${from + i}` } }) as DurableInput,
+  );
 
 describe('threads', () => {
   let h: Harness;
@@ -80,7 +83,11 @@ describe('threads', () => {
     return json(res).data;
   }
 
-  async function listEvents(actor: Actor, id: string, query = ''): Promise<{ data: { thread: Thread; events: ThreadEvent[] }; hasMore: boolean; nextCursor: string | null }> {
+  async function listEvents(
+    actor: Actor,
+    id: string,
+    query = '',
+  ): Promise<{ data: { thread: Thread; events: ThreadEvent[] }; hasMore: boolean; nextCursor: string | null }> {
     const res = await inject(actor, 'GET', `/v1/threads/${id}/events${query}`);
     expect(res.statusCode, res.body).toBe(200);
     return json(res);
@@ -100,7 +107,14 @@ describe('threads', () => {
       const t = await createThread(owner, { title: 'Plan the trip' });
       expect(Object.keys(t).sort()).toEqual(THREAD_FIELDS);
       expect(t.id).toMatch(/^thr_/);
-      expect(t).toMatchObject({ orgId: owner.orgId, ownerUserId: owner.userId, agentId: null, title: 'Plan the trip', executionMode: 'managed', archived: false });
+      expect(t).toMatchObject({
+        orgId: owner.orgId,
+        ownerUserId: owner.userId,
+        agentId: null,
+        title: 'Plan the trip',
+        executionMode: 'managed',
+        archived: false,
+      });
       expect(t.activeRolloutId).toMatch(/^rol_/);
       expect(Date.parse(t.createdAt)).toBeGreaterThanOrEqual(before - 1000);
       expect(t.updatedAt).toBe(t.createdAt);
@@ -123,7 +137,18 @@ describe('threads', () => {
       const t = await createThread(owner);
       const got = await getThread(owner, t.id, '?include=all_rollouts');
       expect(got.rollouts).toHaveLength(1);
-      expect(got.rollouts![0]).toMatchObject({ id: t.activeRolloutId, threadId: t.id, position: 0, kind: 'initial', status: 'active', fromRolloutId: null, summary: null, eventCount: 0, firstSequence: null, lastSequence: null });
+      expect(got.rollouts![0]).toMatchObject({
+        id: t.activeRolloutId,
+        threadId: t.id,
+        position: 0,
+        kind: 'initial',
+        status: 'active',
+        fromRolloutId: null,
+        summary: null,
+        eventCount: 0,
+        firstSequence: null,
+        lastSequence: null,
+      });
       expect((await getThread(owner, t.id)).rollouts).toBeUndefined();
       expect((await inject(owner, 'GET', `/v1/threads/${t.id}?include=everything`)).statusCode).toBe(400);
     });
@@ -343,7 +368,13 @@ describe('threads', () => {
 
       expect(sequences((await listEvents(owner, t.id, '?limit=1')).data.events)).toEqual([1]);
       expect((await listEvents(owner, t.id, '?limit=500')).data.events).toHaveLength(7);
-      const bad = ['limit=0', 'limit=501', 'cursor=not-a-cursor', `cursor=${Buffer.from('["x"]').toString('base64url')}`, `cursor=${Buffer.from('[1,2]').toString('base64url')}`];
+      const bad = [
+        'limit=0',
+        'limit=501',
+        'cursor=not-a-cursor',
+        `cursor=${Buffer.from('["x"]').toString('base64url')}`,
+        `cursor=${Buffer.from('[1,2]').toString('base64url')}`,
+      ];
       for (const q of bad) {
         const res = await inject(owner, 'GET', `/v1/threads/${t.id}/events?${q}`);
         expect(res.statusCode, q).toBe(400);
@@ -386,7 +417,9 @@ describe('threads', () => {
     it('keeps the JSONL in the blob store, one JSON line per event, equal to what the API lists', async () => {
       const t = await createThread(owner);
       await appendDurable(h.deps, t.id, messages(2));
-      await appendDurable(h.deps, t.id, [{ type: 'tool_call', runId: 'run_x', payload: { toolCallId: 'call_1', name: 'search', input: { q: 'line\nbreak' } } }]);
+      await appendDurable(h.deps, t.id, [
+        { type: 'tool_call', runId: 'run_x', payload: { toolCallId: 'call_1', name: 'search', input: { q: 'line\nbreak' } } },
+      ]);
       const text = readFileSync(jsonlPath(t), 'utf8');
       expect(text.endsWith('\n')).toBe(true);
       const lines = text.trimEnd().split('\n');
@@ -396,7 +429,9 @@ describe('threads', () => {
 
     it('refuses a frame type that is not durable', async () => {
       const t = await createThread(owner);
-      await expect(appendDurable(h.deps, t.id, [{ type: 'assistant_message_delta', payload: {} } as never])).rejects.toThrow(/not a durable frame type/);
+      await expect(appendDurable(h.deps, t.id, [{ type: 'assistant_message_delta', payload: {} } as never])).rejects.toThrow(
+        /not a durable frame type/,
+      );
       expect((await listEvents(owner, t.id)).data.events).toEqual([]);
     });
   });
@@ -426,7 +461,13 @@ describe('threads', () => {
         [6, 'compaction_completed', rollout.id],
       ]);
       expect(events[0].payload).toMatchObject({ fromRolloutId: t.activeRolloutId, reason: 'long thread' });
-      expect(events[1].payload).toMatchObject({ rolloutId: rollout.id, fromRolloutId: t.activeRolloutId, position: 1, summaryMethod: 'extractive', summary: rollout.summary });
+      expect(events[1].payload).toMatchObject({
+        rolloutId: rollout.id,
+        fromRolloutId: t.activeRolloutId,
+        position: 1,
+        summaryMethod: 'extractive',
+        summary: rollout.summary,
+      });
       expect(rollout.summary).toContain('Book a flight to Lisbon');
       expect(rollout.summary).toContain('The first week of May');
       expect(thread.activeRolloutId).toBe(rollout.id);
@@ -435,8 +476,29 @@ describe('threads', () => {
 
       const rollouts = json(await inject(owner, 'GET', `/v1/threads/${t.id}/rollouts`)).data;
       expect(rollouts).toMatchObject([
-        { id: t.activeRolloutId, position: 0, kind: 'initial', status: 'closed', eventCount: 5, firstSequence: 1, lastSequence: 5, closedAt: expect.any(String) },
-        { id: rollout.id, position: 1, kind: 'compaction', status: 'active', fromRolloutId: t.activeRolloutId, summaryMethod: 'extractive', summaryModel: null, eventCount: 1, firstSequence: 6, lastSequence: 6, closedAt: null },
+        {
+          id: t.activeRolloutId,
+          position: 0,
+          kind: 'initial',
+          status: 'closed',
+          eventCount: 5,
+          firstSequence: 1,
+          lastSequence: 5,
+          closedAt: expect.any(String),
+        },
+        {
+          id: rollout.id,
+          position: 1,
+          kind: 'compaction',
+          status: 'active',
+          fromRolloutId: t.activeRolloutId,
+          summaryMethod: 'extractive',
+          summaryModel: null,
+          eventCount: 1,
+          firstSequence: 6,
+          lastSequence: 6,
+          closedAt: null,
+        },
       ]);
       expect(rollouts[1].summary).toBe(rollout.summary);
 
@@ -562,8 +624,23 @@ describe('threads', () => {
 
   describe('crash recovery', () => {
     async function crashAfterJsonl(t: Thread, sequence: number) {
-      const line = JSON.stringify({ sequence, rolloutId: t.activeRolloutId, threadId: t.id, runId: 'run_crash', type: 'assistant_message', payload: { text: 'written before the crash' }, createdAt: new Date().toISOString() });
-      const torn = JSON.stringify({ sequence: sequence + 1, rolloutId: t.activeRolloutId, threadId: t.id, runId: 'run_crash', type: 'assistant_message', payload: { text: 'torn' } });
+      const line = JSON.stringify({
+        sequence,
+        rolloutId: t.activeRolloutId,
+        threadId: t.id,
+        runId: 'run_crash',
+        type: 'assistant_message',
+        payload: { text: 'written before the crash' },
+        createdAt: new Date().toISOString(),
+      });
+      const torn = JSON.stringify({
+        sequence: sequence + 1,
+        rolloutId: t.activeRolloutId,
+        threadId: t.id,
+        runId: 'run_crash',
+        type: 'assistant_message',
+        payload: { text: 'torn' },
+      });
       await h.deps.blobs.append(`threads/${t.orgId}/${t.id}.jsonl`, `${line}\n${torn.slice(0, torn.length / 2)}`);
     }
 
@@ -625,14 +702,24 @@ describe('threads', () => {
       expect((await listEvents(owner, t.id, '?include=all_rollouts')).data.events).toEqual(before);
       expect(sequences((await listEvents(owner, t.id)).data.events)).toEqual([5, 6, 7]);
       const rolloutsAfter = json(await inject(owner, 'GET', `/v1/threads/${t.id}/rollouts`)).data;
-      expect(rolloutsAfter.map((r: any) => [r.id, r.status, r.summary, r.eventCount])).toEqual(rolloutsBefore.map((r: any) => [r.id, r.status, r.summary, r.eventCount]));
+      expect(rolloutsAfter.map((r: any) => [r.id, r.status, r.summary, r.eventCount])).toEqual(
+        rolloutsBefore.map((r: any) => [r.id, r.status, r.summary, r.eventCount]),
+      );
       expect(sequences(await appendDurable(h.deps, t.id, messages(1)))).toEqual([8]);
     });
   });
 
   describe('POST /v1/thread-events', () => {
     let t: Thread;
-    const frame = (extra: Record<string, unknown> = {}) => ({ type: 'assistant_message_delta', runId: 'run_live', rolloutId: t.activeRolloutId, messageId: 'msg_1', sequenceNumber: 1, delta: 'Hel', ...extra });
+    const frame = (extra: Record<string, unknown> = {}) => ({
+      type: 'assistant_message_delta',
+      runId: 'run_live',
+      rolloutId: t.activeRolloutId,
+      messageId: 'msg_1',
+      sequenceNumber: 1,
+      delta: 'Hel',
+      ...extra,
+    });
     const post = (body: unknown, headers: Record<string, string> = {}) =>
       h.app.inject({ method: 'POST', url: '/v1/thread-events', headers: { ...owner.headers, ...headers }, payload: body as object });
 
@@ -643,7 +730,14 @@ describe('threads', () => {
     });
 
     it('accepts a transient frame with 202 and stores nothing: no event, no timestamp change', async () => {
-      for (const type of ['assistant_message_delta', 'assistant_thinking_delta', 'assistant_message_source', 'tool_call_started', 'tool_output_delta', 'tool_call_completed']) {
+      for (const type of [
+        'assistant_message_delta',
+        'assistant_thinking_delta',
+        'assistant_message_source',
+        'tool_call_started',
+        'tool_output_delta',
+        'tool_call_completed',
+      ]) {
         const res = await post({ threadId: t.id, frame: frame({ type }) });
         expect(res.statusCode, `${type}: ${res.body}`).toBe(202);
         expect(json(res).data).toEqual({ accepted: true });
@@ -687,7 +781,12 @@ describe('threads', () => {
       // Built as text: the client's own JSON.stringify cannot serialise it either.
       const deep = `${'{"a":'.repeat(10_000)}"x"${'}'.repeat(10_000)}`;
       const body = JSON.stringify({ threadId: t.id, frame: frame({ extra: '@DEEP@' }) }).replace('"@DEEP@"', deep);
-      const res = await h.app.inject({ method: 'POST', url: '/v1/thread-events', headers: { ...owner.headers, 'content-type': 'application/json' }, payload: body });
+      const res = await h.app.inject({
+        method: 'POST',
+        url: '/v1/thread-events',
+        headers: { ...owner.headers, 'content-type': 'application/json' },
+        payload: body,
+      });
       expect(res.statusCode, res.body.slice(0, 300)).toBe(400);
       expect(json(res).error.code).toBe('invalid_request');
       expect(json(res).error.issues?.map((i: { path: string }) => i.path.replace(/^body\./, ''))).toContain('frame');
@@ -697,7 +796,9 @@ describe('threads', () => {
       expect(over.statusCode).toBe(400);
       expect(json(over).error.message).toMatch(/frame.*deep/);
       // A frame with ordinary nesting still goes through.
-      expect((await post({ threadId: t.id, frame: frame({ extra: { source: { url: 'https://example.test', meta: [1, { a: 2 }] } } }) })).statusCode).toBe(202);
+      expect(
+        (await post({ threadId: t.id, frame: frame({ extra: { source: { url: 'https://example.test', meta: [1, { a: 2 }] } } }) })).statusCode,
+      ).toBe(202);
     });
 
     it('a body over 64 KiB is 413', async () => {
@@ -802,13 +903,21 @@ describe('two Hangar instances on one PostgreSQL schema', () => {
   it('appends through both instances at once share one gap-free sequence, in the projection and the JSONL', async () => {
     const t = await newThread();
     await Promise.all(
-      Array.from({ length: 30 }, (_, i) => appendDurable(i % 2 ? a.deps : b.deps, t.id, [{ type: 'user_message', payload: { text: `m${i}` } }, { type: 'assistant_message', payload: { text: `r${i}` } }])),
+      Array.from({ length: 30 }, (_, i) =>
+        appendDurable(i % 2 ? a.deps : b.deps, t.id, [
+          { type: 'user_message', payload: { text: `m${i}` } },
+          { type: 'assistant_message', payload: { text: `r${i}` } },
+        ]),
+      ),
     );
-    const events = json(await b.app.inject({ method: 'GET', url: `/v1/threads/${t.id}/events?limit=500`, headers: owner.headers })).data.events as ThreadEvent[];
+    const events = json(await b.app.inject({ method: 'GET', url: `/v1/threads/${t.id}/events?limit=500`, headers: owner.headers })).data
+      .events as ThreadEvent[];
     expect(events.map((e) => e.sequence)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
     // Each call's two frames are adjacent: one writer at a time.
     for (let i = 0; i < 60; i += 2) expect(events[i]!.payload.text.slice(1)).toBe(events[i + 1]!.payload.text.slice(1));
-    const lines = readFileSync(path.join(dir, 'blobs', 'threads', t.orgId, `${t.id}.jsonl`), 'utf8').trimEnd().split('\n');
+    const lines = readFileSync(path.join(dir, 'blobs', 'threads', t.orgId, `${t.id}.jsonl`), 'utf8')
+      .trimEnd()
+      .split('\n');
     expect(lines.map((l) => JSON.parse(l))).toEqual(events);
   });
 });
@@ -837,7 +946,9 @@ describe('hangar threads rebuild', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const events = async (id: string) => json(await h.app.inject({ method: 'GET', url: `/v1/threads/${id}/events?include=all_rollouts`, headers: owner.headers })).data.events as ThreadEvent[];
+  const events = async (id: string) =>
+    json(await h.app.inject({ method: 'GET', url: `/v1/threads/${id}/events?include=all_rollouts`, headers: owner.headers })).data
+      .events as ThreadEvent[];
 
   it('rebuilds every thread’s projection from its JSONL and prints the counts as JSON', async () => {
     const create = async () => json(await h.app.inject({ method: 'POST', url: '/v1/threads', headers: owner.headers, payload: {} })).data as Thread;
@@ -882,7 +993,12 @@ securitySuite('threads', [
   { method: 'GET', url: async (o, h) => `/v1/threads/${await ownedThread(o, h)}/rollouts`, scope: 'agent:read', crossOrg: true },
   { method: 'POST', url: async (o, h) => `/v1/threads/${await ownedThread(o, h)}/compact`, scope: 'agent:run', body: {}, crossOrg: true },
   { method: 'GET', url: async (o, h) => `/v1/threads/${await ownedThread(o, h)}/activity`, scope: 'activity:read', crossOrg: true },
-  { method: 'POST', url: () => '/v1/thread-events', scope: 'agent:run', body: { threadId: 'thr_x', frame: { type: 'assistant_message_delta', runId: 'run_x', rolloutId: 'rol_x', sequenceNumber: 1 } } },
+  {
+    method: 'POST',
+    url: () => '/v1/thread-events',
+    scope: 'agent:run',
+    body: { threadId: 'thr_x', frame: { type: 'assistant_message_delta', runId: 'run_x', rolloutId: 'rol_x', sequenceNumber: 1 } },
+  },
 ]);
 
 /** A fresh thread of `owner` (a new one each call, so a DELETE case always has one to delete). */

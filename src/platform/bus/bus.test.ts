@@ -46,13 +46,22 @@ describe('subscribeParsed', () => {
     const bus = new MemoryBus();
     const got: { n: number }[] = [];
     const invalid: unknown[] = [];
-    await subscribeParsed(bus, 'c', z.object({ n: z.number() }), (m) => got.push(m), (error, m) => invalid.push([error.issues[0]?.path, m]));
+    await subscribeParsed(
+      bus,
+      'c',
+      z.object({ n: z.number() }),
+      (m) => got.push(m),
+      (error, m) => invalid.push([error.issues[0]?.path, m]),
+    );
     await bus.publish('c', { n: 1, extra: true });
     await bus.publish('c', { n: 'one' });
     await bus.publish('c', 'text');
     await bus.publish('c', { n: 2 });
     expect(got).toEqual([{ n: 1 }, { n: 2 }]);
-    expect(invalid).toEqual([[['n'], { n: 'one' }], [[], 'text']]);
+    expect(invalid).toEqual([
+      [['n'], { n: 'one' }],
+      [[], 'text'],
+    ]);
     await bus.close();
   });
 });

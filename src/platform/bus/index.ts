@@ -39,7 +39,10 @@ export class RedisBus implements Bus {
   /** The SUBSCRIBE of each channel: a second subscriber waits for it too, so neither misses what follows. */
   private readonly subscribed = new Map<string, Promise<unknown>>();
 
-  constructor(url: string, private readonly prefix = 'hangar:') {
+  constructor(
+    url: string,
+    private readonly prefix = 'hangar:',
+  ) {
     this.pub = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
     this.sub = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
     this.sub.on('message', (channel: string, raw: string) => {

@@ -12,8 +12,7 @@ export function safeEqual(a: string | Buffer, b: string | Buffer): boolean {
   return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
 }
 
-export const hmacSha256Hex = (key: string | Buffer, body: string | Buffer): string =>
-  createHmac('sha256', key).update(body).digest('hex');
+export const hmacSha256Hex = (key: string | Buffer, body: string | Buffer): string => createHmac('sha256', key).update(body).digest('hex');
 
 /** AES-256-GCM with a fresh 12-byte IV per record; output is `v1.<iv>.<tag>.<ciphertext>` in base64url. */
 export function encrypt(key: Buffer, plaintext: string, aad = ''): string {

@@ -41,7 +41,11 @@ async function pgError(statements: (string | [string, unknown[]])[]): Promise<un
 
 const UNIQUE = ['create temp table t (id integer primary key, slug text unique)', "insert into t values (1, 'a')", "insert into t values (2, 'a')"];
 const PRIMARY = ['create temp table t (id integer primary key)', 'insert into t values (1)', 'insert into t values (1)'];
-const FOREIGN = ['create table p (id integer primary key)', 'create table c (id integer primary key, p integer references p(id))', 'insert into c values (1, 9)'];
+const FOREIGN = [
+  'create table p (id integer primary key)',
+  'create table c (id integer primary key, p integer references p(id))',
+  'insert into c values (1, 9)',
+];
 
 describe('driver errors become AppErrors in one place', () => {
   it('knows SQLite unique, primary-key and foreign-key violations', () => {
@@ -55,7 +59,11 @@ describe('driver errors become AppErrors in one place', () => {
   it('knows PostgreSQL unique, foreign-key and NUL-in-text errors', async () => {
     expect(isUniqueViolation(await pgError(UNIQUE))).toBe(true);
     expect(isUniqueViolation(await pgError(PRIMARY))).toBe(true);
-    const fkStatements = ['create temp table p (id integer primary key)', 'create temp table c (id integer primary key, p integer references p(id))', 'insert into c values (1, 9)'];
+    const fkStatements = [
+      'create temp table p (id integer primary key)',
+      'create temp table c (id integer primary key, p integer references p(id))',
+      'insert into c values (1, 9)',
+    ];
     expect(isForeignKeyViolation(await pgError(fkStatements))).toBe(true);
     const nul = await pgError(['create temp table t (v text)', ['insert into t values ($1)', ['a\u0000b']]]);
     expect(driverErrorToAppError(nul)).toMatchObject({ code: 'invalid_request' });
@@ -63,10 +71,25 @@ describe('driver errors become AppErrors in one place', () => {
 
   it('uniqueAs turns a unique violation into the domain’s error and lets others through', async () => {
     const dup = sqliteError(UNIQUE);
-    await expect(uniqueAs(() => Promise.reject(dup), () => new AppError('conflict', 'slug "a" is taken'))).rejects.toMatchObject({ code: 'conflict', message: 'slug "a" is taken' });
+    await expect(
+      uniqueAs(
+        () => Promise.reject(dup),
+        () => new AppError('conflict', 'slug "a" is taken'),
+      ),
+    ).rejects.toMatchObject({ code: 'conflict', message: 'slug "a" is taken' });
     const other = new Error('disk I/O error');
-    await expect(uniqueAs(() => Promise.reject(other), () => new AppError('conflict', 'x'))).rejects.toBe(other);
-    await expect(uniqueAs(() => Promise.resolve(7), () => new AppError('conflict', 'x'))).resolves.toBe(7);
+    await expect(
+      uniqueAs(
+        () => Promise.reject(other),
+        () => new AppError('conflict', 'x'),
+      ),
+    ).rejects.toBe(other);
+    await expect(
+      uniqueAs(
+        () => Promise.resolve(7),
+        () => new AppError('conflict', 'x'),
+      ),
+    ).resolves.toBe(7);
   });
 
   it('the HTTP layer answers an untranslated driver error with an envelope code, never the driver’s code', () => {

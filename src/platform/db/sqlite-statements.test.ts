@@ -96,7 +96,9 @@ describe('withStatementCache (SQLite statement reuse and row building)', () => {
   });
 
   it('serves Kysely: queries, transactions, rollbacks and errors', async () => {
-    const db = new Kysely<{ t: { id: Generated<number>; name: string | null } }>({ dialect: new SqliteDialect({ database: withStatementCache(raw) }) });
+    const db = new Kysely<{ t: { id: Generated<number>; name: string | null } }>({
+      dialect: new SqliteDialect({ database: withStatementCache(raw) }),
+    });
     await db.transaction().execute(async (trx) => {
       await trx.insertInto('t').values({ name: 'in tx' }).execute();
     });

@@ -47,11 +47,9 @@ export class AppError extends Error {
 
 /** Factories so messages read the same everywhere. */
 export const errors = {
-  notFound: (resource: string, id?: string) =>
-    new AppError('not_found', id ? `${resource} ${id} was not found` : `${resource} was not found`),
+  notFound: (resource: string, id?: string) => new AppError('not_found', id ? `${resource} ${id} was not found` : `${resource} was not found`),
   invalid: (message: string, issues?: FieldIssue[]) => new AppError('invalid_request', message, issues ? { issues } : undefined),
-  invalidField: (field: string, message: string) =>
-    new AppError('invalid_request', `${field}: ${message}`, { issues: [{ path: field, message }] }),
+  invalidField: (field: string, message: string) => new AppError('invalid_request', `${field}: ${message}`, { issues: [{ path: field, message }] }),
   unauthenticated: (message = 'a valid API key or session token is required') => new AppError('unauthenticated', message),
   forbidden: (message: string) => new AppError('forbidden', message),
   missingScope: (scope: string) => new AppError('forbidden', `this credential lacks the "${scope}" scope`),

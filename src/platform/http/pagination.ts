@@ -29,9 +29,7 @@ export const limitParam = (def: number, max: number, min = 1) =>
     .describe(`Page size, ${min} to ${max} (default ${def}).`);
 
 /** Query booleans arrive as strings. */
-export const queryBool = z
-  .enum(['true', 'false', '1', '0'])
-  .transform((v) => v === 'true' || v === '1');
+export const queryBool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
 
 /** Takes `limit + 1` rows and turns them into a page with the cursor of the last row shown. */
 export function toPage<T>(rows: T[], limit: number, keyOf: (row: T) => (string | number)[]) {

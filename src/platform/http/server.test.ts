@@ -135,7 +135,12 @@ describe('HTTP conventions', () => {
     });
     expectError(pins, 413, 'payload_too_large');
     // Under the limit the body is parsed and validated as usual (names are at most 100 characters).
-    const under = await h.app.inject({ method: 'POST', url: '/v1/api-keys', headers: admin.headers, payload: { name: 'y'.repeat(1500), scopes: ['org:read'] } });
+    const under = await h.app.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: admin.headers,
+      payload: { name: 'y'.repeat(1500), scopes: ['org:read'] },
+    });
     expect(expectError(under, 400, 'invalid_request').issues?.[0]?.path).toBe('body.name');
   });
 

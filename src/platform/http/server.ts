@@ -1,6 +1,15 @@
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest, type RawReplyDefaultExpression, type RawRequestDefaultExpression, type RawServerDefault } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type RawReplyDefaultExpression,
+  type RawRequestDefaultExpression,
+  type RawServerDefault,
+} from 'fastify';
 import {
   hasZodFastifySchemaValidationErrors,
   jsonSchemaTransform,
@@ -151,7 +160,12 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     if (req.is404 || req.routeOptions.config.auth === 'none' || req.routeOptions.url?.startsWith('/v1/docs')) return;
     // A WebSocket that authenticates from its query answers with close codes, not HTTP errors (threads). Only a
     // real upgrade (`Connection: upgrade` too, as Node requires): an `Upgrade` header alone reaches the HTTP handler.
-    if (req.routeOptions.config.wsAuth === 'query' && req.headers.upgrade?.toLowerCase() === 'websocket' && /(^|,)\s*upgrade\s*(,|$)/i.test(req.headers.connection ?? '')) return;
+    if (
+      req.routeOptions.config.wsAuth === 'query' &&
+      req.headers.upgrade?.toLowerCase() === 'websocket' &&
+      /(^|,)\s*upgrade\s*(,|$)/i.test(req.headers.connection ?? '')
+    )
+      return;
     const { credential, orgIdHint } = credentialOf(req);
     const principal = await authenticate(credential, orgIdHint);
     if (!principal.orgId && !req.routeOptions.config.allowNoOrg) {
@@ -192,7 +206,11 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     }
     const planned = plannedFeature(pathOnly);
     if (planned) {
-      return sendError(req, reply, new AppError('not_implemented', `${planned} is not available in this version of Hangar; see README.md, "What is built"`));
+      return sendError(
+        req,
+        reply,
+        new AppError('not_implemented', `${planned} is not available in this version of Hangar; see README.md, "What is built"`),
+      );
     }
     return sendError(req, reply, new AppError('not_found', `no route ${req.method} ${pathOnly}`));
   });

@@ -51,14 +51,7 @@ const NATIVE_DIR = fileURLToPath(new URL('../../../native/build/', import.meta.u
 const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'freezer'];
 
 /** What the runtimes of the language registry need from the host's /etc, read-only. */
-export const DEFAULT_ETC: readonly string[] = [
-  'ld.so.cache',
-  'alternatives',
-  'java-17-openjdk',
-  'mono',
-  'ssl/certs',
-  'ssl/openssl.cnf',
-];
+export const DEFAULT_ETC: readonly string[] = ['ld.so.cache', 'alternatives', 'java-17-openjdk', 'mono', 'ssl/certs', 'ssl/openssl.cnf'];
 
 export const DEFAULT_ENV: Readonly<Record<string, string>> = Object.freeze({
   PATH: '/usr/local/bin:/usr/bin:/bin',
@@ -137,7 +130,10 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
       throw new Unavailable(`the cgroup v1 controller '${c}' is not mounted (writable) at ${path.join(cgroupRoot, c)}`);
     }
   }
-  const help = await execFileP(bwrapPath, ['--help']).then((r) => r.stdout, () => '');
+  const help = await execFileP(bwrapPath, ['--help']).then(
+    (r) => r.stdout,
+    () => '',
+  );
   for (const option of ['--die-with-parent', '--as-pid-1', '--perms', '--size']) {
     if (!help.includes(option)) throw new Unavailable(`${bwrapPath} is too old (no ${option}); bubblewrap 0.8 or later is needed`);
   }
@@ -223,7 +219,9 @@ async function checkTraversable(dir: string, what = 'work root'): Promise<void> 
   for (let d = dir; ; d = path.dirname(d)) {
     const st = await fs.stat(d);
     if (!(st.mode & 0o001)) {
-      throw new Unavailable(`the ${what} ${dir} is not reachable by the sandbox users: ${d} is mode ${(st.mode & 0o777).toString(8)}; choose a ${what} outside it`);
+      throw new Unavailable(
+        `the ${what} ${dir} is not reachable by the sandbox users: ${d} is mode ${(st.mode & 0o777).toString(8)}; choose a ${what} outside it`,
+      );
     }
     if (d === path.dirname(d)) return;
   }

@@ -102,7 +102,6 @@ describe('isolation availability', () => {
     await expect(none.run({ argv: ['/bin/true'], workDir: workRoot, limits: limits() })).rejects.toThrow(/unavailable/);
   });
 
-
   itNeeding(hostNeed, 'refuses a work root others can write to (and leaves its mode alone)', async () => {
     const shared = await createIsolation({ workRoot: tmpdir() });
     expect(shared.available).toBe(false);
@@ -202,7 +201,11 @@ describeNeeding(isolationNeed(iso), 'isolated runs', () => {
 
   it('caps processes: fork fails at the pids limit, a fork bomb burns out and leaves nothing behind', async () => {
     const counted = await run(
-      [PYTHON, '-c', 'import os, time\nn = 0\ntry:\n  while n < 1000:\n    if os.fork() == 0:\n      time.sleep(60); os._exit(0)\n    n += 1\nexcept OSError as e:\n  print(n, e.errno)\n'],
+      [
+        PYTHON,
+        '-c',
+        'import os, time\nn = 0\ntry:\n  while n < 1000:\n    if os.fork() == 0:\n      time.sleep(60); os._exit(0)\n    n += 1\nexcept OSError as e:\n  print(n, e.errno)\n',
+      ],
       { lim: { pids: 20 } },
     );
     const [n, errno] = counted.stdout.trim().split(' ').map(Number);
@@ -270,7 +273,9 @@ print("interfaces", sorted(name for _, name in socket.if_nameindex()))
     for (const p of [`/usr/${name}`, `/etc/${name}`, `/${name}`, `/tmp/${name}`]) expect(existsSync(p)).toBe(false);
     expect(existsSync(path.join(work.path, name))).toBe(true); // /box is the work dir
     // A generated /etc/passwd naming only the sandbox user, not the host's accounts.
-    const passwd = readFileSync('/etc/passwd', 'utf8').split('\n').filter((l) => l && !/^(root|nobody):/.test(l));
+    const passwd = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .filter((l) => l && !/^(root|nobody):/.test(l));
     for (const hostLine of passwd) expect(r.stdout).not.toContain(hostLine);
     expect(r.stdout).toMatch(new RegExp(`^sandbox:x:${work.uid}:`, 'm'));
     expect(r.stdout).toMatch(/No such file or directory/); // /root is not there at all
@@ -321,19 +326,24 @@ print("interfaces", sorted(name for _, name in socket.if_nameindex()))
     expect(Date.now() - started).toBeLessThan(30_000); // far from the 60 s wall limit
 
     // Moderately over the cap: the rest is read and dropped, and the program finishes normally.
-    const over = await run([PYTHON, '-c', 'import sys; sys.stdout.write("y" * 100000); sys.stderr.write("e" * 50000); print("end", file=sys.stderr)'], {
-      lim: { outputBytes: 1000 },
-    });
+    const over = await run(
+      [PYTHON, '-c', 'import sys; sys.stdout.write("y" * 100000); sys.stderr.write("e" * 50000); print("end", file=sys.stderr)'],
+      {
+        lim: { outputBytes: 1000 },
+      },
+    );
     expect(over).toMatchObject({ status: 'ok', code: 0, stdoutTruncated: true, stderrTruncated: true });
     expect(over.stdout).toBe('y'.repeat(1000));
     expect(over.stderr).toBe('e'.repeat(1000));
   });
 
-  it('runs 8 programs in parallel that see neither each other\'s files nor processes', async () => {
+  it("runs 8 programs in parallel that see neither each other's files nor processes", async () => {
     const ws = await Promise.all(Array.from({ length: 8 }, () => fresh()));
     const results = await Promise.all(
       ws.map((w, i) =>
-        run(['/bin/sh', '-c', `echo ${i} > /box/mine-${i}; sleep 1; ls /box /tmp; echo procs $(ls /proc | grep -c '^[0-9]'); id -u`], { workDir: w.path }),
+        run(['/bin/sh', '-c', `echo ${i} > /box/mine-${i}; sleep 1; ls /box /tmp; echo procs $(ls /proc | grep -c '^[0-9]'); id -u`], {
+          workDir: w.path,
+        }),
       ),
     );
     const uids = new Set(ws.map((w) => w.uid));
@@ -348,7 +358,7 @@ print("interfaces", sorted(name for _, name in socket.if_nameindex()))
     });
   });
 
-  it('aborts a run at once when the caller\'s AbortSignal fires', async () => {
+  it("aborts a run at once when the caller's AbortSignal fires", async () => {
     const marker = `${2000 + Math.floor(Math.random() * 1000)}.${Date.now() % 1_000_000}`;
     const ac = new AbortController();
     const pending = run(['/bin/sh', '-c', `sleep ${marker} & sleep ${marker}`], { signal: ac.signal, lim: { wallMs: 60_000 } });

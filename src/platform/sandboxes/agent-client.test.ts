@@ -22,7 +22,17 @@ afterEach(async () => {
 });
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-const LIMITS = { jsonBytes: 256 << 10, listBytes: 1 << 20, errorBytes: 16 << 10, lineBytes: 128 << 10, snapshotBytes: 2 << 20, callMs: 400, fileMs: 400, stdinMs: 400, followIdleMs: 400 };
+const LIMITS = {
+  jsonBytes: 256 << 10,
+  listBytes: 1 << 20,
+  errorBytes: 16 << 10,
+  lineBytes: 128 << 10,
+  snapshotBytes: 2 << 20,
+  callMs: 400,
+  fileMs: 400,
+  stdinMs: 400,
+  followIdleMs: 400,
+};
 
 async function against(mode: FakeAgentMode) {
   fake = await new FakeAgent(path.join(dir, `${mode}.sock`), mode).start();

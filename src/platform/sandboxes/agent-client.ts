@@ -208,7 +208,9 @@ export class AgentClient {
         const wait = until !== null ? Math.min(until - Date.now(), idleMs ?? Infinity) : idleMs;
         const next = await this.within(chunks.next(), wait, () =>
           this.violation(
-            until !== null && Date.now() >= until - 5 ? `${what} did not end within ${limitMs} ms` : `${what} sent nothing for ${idleMs} ms (keepalives stopped)`,
+            until !== null && Date.now() >= until - 5
+              ? `${what} did not end within ${limitMs} ms`
+              : `${what} sent nothing for ${idleMs} ms (keepalives stopped)`,
           ),
         );
         if (next.done) break;
@@ -336,7 +338,14 @@ export class AgentClient {
     limit = this.limits.jsonBytes,
   ): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.isBuffer(body) || isReadable(body) ? body : Buffer.from(JSON.stringify(body));
-    const { res, body: answer } = await this.exchange(method, path, bound, payload, limit, payload !== undefined && !Buffer.isBuffer(body) && !isReadable(body) ? 'json' : 'raw');
+    const { res, body: answer } = await this.exchange(
+      method,
+      path,
+      bound,
+      payload,
+      limit,
+      payload !== undefined && !Buffer.isBuffer(body) && !isReadable(body) ? 'json' : 'raw',
+    );
     if ((res.statusCode ?? 500) >= 300) throw this.fromStatus(res, answer);
     if (!schema) return undefined as T;
     let value: unknown;
@@ -413,12 +422,19 @@ export class AgentClient {
         req.destroy();
         reject(err);
       };
-      const req = this.send(method, path, undefined, 'json', (res) => {
-        if (settled) return res.destroy();
-        settled = true;
-        clearTimeout(timer);
-        resolve(res);
-      }, opts.signal);
+      const req = this.send(
+        method,
+        path,
+        undefined,
+        'json',
+        (res) => {
+          if (settled) return res.destroy();
+          settled = true;
+          clearTimeout(timer);
+          resolve(res);
+        },
+        opts.signal,
+      );
       req.on('error', (err: NodeJS.ErrnoException) => (err.name === 'AbortError' ? fail(err) : fail(this.transportError(err))));
     });
   }

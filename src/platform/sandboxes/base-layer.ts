@@ -21,10 +21,38 @@ const execFileP = promisify(execFile);
 
 /** Host /etc entries never copied: credentials, host identity, and services' configs that may hold passwords. */
 const ETC_DENY = [
-  'shadow', 'shadow-', 'gshadow', 'gshadow-', 'sudoers', 'sudoers.d', 'ssl/private', 'security/opasswd',
-  'machine-id', 'hostname', 'hosts', 'resolv.conf', 'mtab', 'subuid', 'subgid', 'subuid-', 'subgid-',
-  'postgresql', 'postgresql-common', 'redis', 'mysql', 'rabbitmq', 'mosquitto', 'nats-server', 'hangar',
-  'docker', 'containerd', 'netns', 'cron.d', 'crontab', 'apt/auth.conf', 'apt/auth.conf.d',
+  'shadow',
+  'shadow-',
+  'gshadow',
+  'gshadow-',
+  'sudoers',
+  'sudoers.d',
+  'ssl/private',
+  'security/opasswd',
+  'machine-id',
+  'hostname',
+  'hosts',
+  'resolv.conf',
+  'mtab',
+  'subuid',
+  'subgid',
+  'subuid-',
+  'subgid-',
+  'postgresql',
+  'postgresql-common',
+  'redis',
+  'mysql',
+  'rabbitmq',
+  'mosquitto',
+  'nats-server',
+  'hangar',
+  'docker',
+  'containerd',
+  'netns',
+  'cron.d',
+  'crontab',
+  'apt/auth.conf',
+  'apt/auth.conf.d',
 ];
 
 export function hostOs(osRelease: string): BaseInfo {
@@ -65,7 +93,28 @@ export async function ensureBaseLayer(dir: string): Promise<{ root: string; usr:
   const tmp = `${final}.tmp-${process.pid}-${Date.now()}`;
   const root = path.join(tmp, 'root');
   await fs.mkdir(root, { recursive: true, mode: 0o755 });
-  for (const d of ['proc', 'sys', 'dev', 'run', 'home', 'mnt', 'opt', 'srv', 'media', 'usr', 'boot', 'var/log', 'var/lib/apt/lists/partial', 'var/cache/apt/archives/partial', 'var/cache/debconf', 'var/spool', 'var/mail', 'var/opt', 'var/local', '.hangar']) {
+  for (const d of [
+    'proc',
+    'sys',
+    'dev',
+    'run',
+    'home',
+    'mnt',
+    'opt',
+    'srv',
+    'media',
+    'usr',
+    'boot',
+    'var/log',
+    'var/lib/apt/lists/partial',
+    'var/cache/apt/archives/partial',
+    'var/cache/debconf',
+    'var/spool',
+    'var/mail',
+    'var/opt',
+    'var/local',
+    '.hangar',
+  ]) {
     await fs.mkdir(path.join(root, d), { recursive: true, mode: 0o755 });
   }
   for (const d of ['tmp', 'var/tmp']) {
@@ -77,7 +126,8 @@ export async function ensureBaseLayer(dir: string): Promise<{ root: string; usr:
   for (const link of ['bin', 'lib', 'lib32', 'lib64', 'libx32', 'sbin']) {
     const target = await fs.readlink(`/${link}`).catch(() => null);
     if (target) await fs.symlink(target, path.join(root, link));
-    else if (await exists(`/${link}`)) throw new Error(`/${link} is a real folder: the host is not usr-merged, so its userland cannot be the base layer`);
+    else if (await exists(`/${link}`))
+      throw new Error(`/${link} is a real folder: the host is not usr-merged, so its userland cannot be the base layer`);
   }
   await fs.symlink('../run', path.join(root, 'var/run'));
   await fs.symlink('../run/lock', path.join(root, 'var/lock'));

@@ -7,14 +7,29 @@ import { RuncRuntime } from './runc.js';
 import type { SandboxRuntime } from './types.js';
 
 export type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
-export { AGENT_LIMITS, AgentClient, type AgentEntry, type AgentLimits, type AgentProcess, type OutputEvent, type StartProcess } from './agent-client.js';
+export {
+  AGENT_LIMITS,
+  AgentClient,
+  type AgentEntry,
+  type AgentLimits,
+  type AgentProcess,
+  type OutputEvent,
+  type StartProcess,
+} from './agent-client.js';
 
 export const AGENT_BINARY = fileURLToPath(new URL('../../../native/build/hangar-agent', import.meta.url));
 
 /** The host's container runtime, or one that says why there is none (sandbox routes then answer 503 with the reason). */
 export async function createSandboxRuntime(config: SandboxConfig, installId: string, log: Logger): Promise<SandboxRuntime> {
   try {
-    return await RuncRuntime.create({ dir: config.dir, installId, agentBinary: AGENT_BINARY, subnetOctet: config.subnetOctet, networkAllow: config.networkAllow, log });
+    return await RuncRuntime.create({
+      dir: config.dir,
+      installId,
+      agentBinary: AGENT_BINARY,
+      subnetOctet: config.subnetOctet,
+      networkAllow: config.networkAllow,
+      log,
+    });
   } catch (err) {
     const reason = (err as Error).message;
     log.warn({ reason }, 'persistent sandboxes are unavailable');

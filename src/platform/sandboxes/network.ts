@@ -87,7 +87,11 @@ export class SandboxNetwork {
     try {
       await execFileP('ip', ['netns', 'add', ns]);
       await execFileP('ip', ['link', 'add', host, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns]);
-      await run('ip', ['-batch', '-'], `link set ${host} master ${BRIDGE}\nlink set dev ${host} type bridge_slave isolated on\nlink set ${host} up\n`);
+      await run(
+        'ip',
+        ['-batch', '-'],
+        `link set ${host} master ${BRIDGE}\nlink set dev ${host} type bridge_slave isolated on\nlink set ${host} up\n`,
+      );
       await run(
         'ip',
         ['-n', ns, '-batch', '-'],
@@ -123,7 +127,12 @@ export class SandboxNetwork {
         return ip;
       } catch {
         const owner = await fs.readFile(file, 'utf8').catch(() => '');
-        const alive = owner && (await fs.access(`/run/netns/${SandboxNetwork.netnsOf(owner)}`).then(() => true, () => false));
+        const alive =
+          owner &&
+          (await fs.access(`/run/netns/${SandboxNetwork.netnsOf(owner)}`).then(
+            () => true,
+            () => false,
+          ));
         if (!alive) {
           await fs.rm(file, { force: true });
           try {

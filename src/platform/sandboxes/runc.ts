@@ -28,8 +28,18 @@ export interface RuncOptions {
 
 /** Docker's default capability set, for template builds only (apt and maintainer scripts need them). Sandboxes get none. */
 const BUILD_CAPS = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FOWNER', 'CAP_FSETID', 'CAP_KILL', 'CAP_SETGID', 'CAP_SETUID',
-  'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_SETFCAP', 'CAP_AUDIT_WRITE',
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FOWNER',
+  'CAP_FSETID',
+  'CAP_KILL',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SYS_CHROOT',
+  'CAP_SETFCAP',
+  'CAP_AUDIT_WRITE',
 ];
 
 /**
@@ -66,13 +76,56 @@ const SECCOMP = {
   syscalls: [
     {
       names: [
-        'unshare', 'setns', 'mount', 'umount', 'umount2', 'pivot_root', 'chroot', 'move_mount', 'open_tree', 'fsopen',
-        'fsconfig', 'fsmount', 'fspick', 'mount_setattr', 'keyctl', 'add_key', 'request_key', 'bpf', 'perf_event_open',
-        'kexec_load', 'kexec_file_load', 'init_module', 'finit_module', 'delete_module', 'open_by_handle_at',
-        'name_to_handle_at', 'userfaultfd', 'acct', 'swapon', 'swapoff', 'reboot', 'syslog', 'quotactl', 'lookup_dcookie',
-        'iopl', 'ioperm', 'settimeofday', 'clock_settime', 'clock_adjtime', 'adjtimex', 'vhangup', 'nfsservctl',
-        'ptrace', 'process_vm_readv', 'process_vm_writev', 'pidfd_getfd', 'io_uring_setup', 'io_uring_enter',
-        'io_uring_register', 'fanotify_init',
+        'unshare',
+        'setns',
+        'mount',
+        'umount',
+        'umount2',
+        'pivot_root',
+        'chroot',
+        'move_mount',
+        'open_tree',
+        'fsopen',
+        'fsconfig',
+        'fsmount',
+        'fspick',
+        'mount_setattr',
+        'keyctl',
+        'add_key',
+        'request_key',
+        'bpf',
+        'perf_event_open',
+        'kexec_load',
+        'kexec_file_load',
+        'init_module',
+        'finit_module',
+        'delete_module',
+        'open_by_handle_at',
+        'name_to_handle_at',
+        'userfaultfd',
+        'acct',
+        'swapon',
+        'swapoff',
+        'reboot',
+        'syslog',
+        'quotactl',
+        'lookup_dcookie',
+        'iopl',
+        'ioperm',
+        'settimeofday',
+        'clock_settime',
+        'clock_adjtime',
+        'adjtimex',
+        'vhangup',
+        'nfsservctl',
+        'ptrace',
+        'process_vm_readv',
+        'process_vm_writev',
+        'pidfd_getfd',
+        'io_uring_setup',
+        'io_uring_enter',
+        'io_uring_register',
+        'fanotify_init',
       ],
       action: 'SCMP_ACT_ERRNO',
       errnoRet: EPERM,
@@ -129,7 +182,10 @@ export class RuncRuntime implements SandboxRuntime {
     });
     if (!(await fs.readFile('/proc/filesystems', 'utf8')).includes('overlay')) throw new Error('the kernel has no overlay filesystem');
     // Each sandbox's writable layer is an ext4 image of its own size on a loop device (ADR 0014).
-    for (const [tool, pkg] of [['mkfs.ext4', 'e2fsprogs'], ['losetup', 'util-linux']] as const) {
+    for (const [tool, pkg] of [
+      ['mkfs.ext4', 'e2fsprogs'],
+      ['losetup', 'util-linux'],
+    ] as const) {
       await execFileP(tool, ['-V']).catch(() => {
         throw new Error(`${tool} is not installed (Debian package "${pkg}"; scripts/setup.sh installs it)`);
       });
@@ -266,7 +322,9 @@ export class RuncRuntime implements SandboxRuntime {
     const layerDir = path.join(this.installDir, 'layers', templateId);
     await fs.mkdir(layerDir, { recursive: true, mode: 0o755 });
     // cp -a keeps owners, modes, xattrs (overlay's opaque marks) and whiteouts (0/0 character devices).
-    await execFileP('cp', ['-a', '--sparse=always', path.join(dir, 'upper/root'), path.join(dir, 'upper/usr'), layerDir], { maxBuffer: 16 * 1024 * 1024 });
+    await execFileP('cp', ['-a', '--sparse=always', path.join(dir, 'upper/root'), path.join(dir, 'upper/usr'), layerDir], {
+      maxBuffer: 16 * 1024 * 1024,
+    });
     await this.destroy(containerId);
     return this.layerOf(templateId);
   }
@@ -370,11 +428,23 @@ export class RuncRuntime implements SandboxRuntime {
 
   private async mountLayers(spec: ContainerSpec, rootfs: string, upper: Layer, dir: string): Promise<void> {
     if (!(await isMountPoint(rootfs))) {
-      await overlay(path.join(dir, 'ovl/root'), [...spec.layers.map((l) => l.root), this.baseRoot], upper.root, path.join(dir, 'upper/work/root'), rootfs);
+      await overlay(
+        path.join(dir, 'ovl/root'),
+        [...spec.layers.map((l) => l.root), this.baseRoot],
+        upper.root,
+        path.join(dir, 'upper/work/root'),
+        rootfs,
+      );
     }
     const usr = path.join(rootfs, 'usr');
     if (!(await isMountPoint(usr))) {
-      await overlay(path.join(dir, 'ovl/usr'), [...spec.layers.map((l) => l.usr), ...this.baseUsr, '/usr'], upper.usr, path.join(dir, 'upper/work/usr'), usr);
+      await overlay(
+        path.join(dir, 'ovl/usr'),
+        [...spec.layers.map((l) => l.usr), ...this.baseUsr, '/usr'],
+        upper.usr,
+        path.join(dir, 'upper/work/usr'),
+        usr,
+      );
     }
   }
 
@@ -432,8 +502,17 @@ export class RuncRuntime implements SandboxRuntime {
         },
         seccomp: SECCOMP,
         maskedPaths: [
-          '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
-          '/proc/timer_stats', '/proc/sched_debug', '/sys/firmware', '/proc/scsi', '/sys/fs/cgroup',
+          '/proc/acpi',
+          '/proc/asound',
+          '/proc/kcore',
+          '/proc/keys',
+          '/proc/latency_stats',
+          '/proc/timer_list',
+          '/proc/timer_stats',
+          '/proc/sched_debug',
+          '/sys/firmware',
+          '/proc/scsi',
+          '/sys/fs/cgroup',
         ],
         readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
       },
