@@ -1,19 +1,8 @@
 export { registerThreadActivity, threadRoutes } from './routes.js';
 export { startThreadJobs } from './jobs.js';
-export {
-  appendDurable,
-  acquireRunLock,
-  renewRunLock,
-  releaseRunLock,
-  activeRun,
-  threadBusy,
-  createThread,
-  findThread,
-  rebuildThread,
-  publishTransient,
-  transientPublisher,
-  type TransientPublisher,
-} from './service.js';
+export { appendDurable, rebuildThread } from './durable.js';
+export { acquireRunLock, renewRunLock, releaseRunLock, activeRun, threadBusy } from './locks.js';
+export { createThread, findThread, publishTransient, transientPublisher, type TransientPublisher } from './service.js';
 export {
   BusFrame,
   DURABLE_TYPES,

@@ -1,6 +1,6 @@
 import type { Deps } from '../../platform/context.js';
 import type { Stoppable } from '../../platform/jobs.js';
-import { repairAll } from './service.js';
+import { repairAll } from './durable.js';
 
 /**
  * The threads' start-up check: threads whose JSONL holds more than their projection (a crash between the two)

@@ -21,9 +21,9 @@ import {
   ThreadEventsBody,
   ThreadParams,
 } from './schemas.js';
+import { compactThread } from './compaction.js';
 import {
   canSeeThread,
-  compactThread,
   createThread,
   deleteThread,
   getThread,

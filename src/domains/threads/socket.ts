@@ -4,7 +4,8 @@ import type { Authenticate, Ctx, Deps } from '../../platform/context.js';
 import type { AppError } from '../../platform/http/errors.js';
 import { PROTOCOL_VERSION, type SnapshotFrame } from './frames.js';
 import { outgoing, type ThreadHub, type OutgoingFrame, type Subscriber } from './hub.js';
-import { activeRun, eventsAfter, findThread, toEvent, toThread } from './service.js';
+import { activeRun } from './locks.js';
+import { eventsAfter, findThread, toEvent, toThread } from './service.js';
 
 /** Close codes (4000–4999 are the application's). */
 export const CLOSE = {

@@ -11,7 +11,7 @@ import { addOrgMember, createHarness, createOrgAdmin, json, testDatabaseUrl, typ
 import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
 import { acquireRunLock, activeRun, appendDurable, rebuildThread, releaseRunLock, renewRunLock, type DurableInput } from './index.js';
-import { repairAll } from './service.js';
+import { repairAll } from './durable.js';
 
 const BIN = path.resolve(import.meta.dirname, '../../../bin/hangar.js');
 const PG_URL = testDatabaseUrl ?? 'postgres://postgres@127.0.0.1:5432/test';

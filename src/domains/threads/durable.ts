@@ -1,0 +1,233 @@
+/**
+ * The one write path for a thread's durable frames (`appendDurable`: JSONL first, then the SQL projection,
+ * then the bus) and its repair: a projection that fell behind its JSONL catches up (`repairAll` at start-up)
+ * or is rebuilt from the JSONL alone (`rebuildThread`).
+ */
+import type { Selectable, Transaction } from 'kysely';
+import type { Database, ThreadsTable } from '../../database.js';
+import type { Deps } from '../../platform/context.js';
+import { errors } from '../../platform/http/errors.js';
+import { nowIso } from '../../platform/ids.js';
+import { KeyedQueue } from '../../platform/keyed-queue.js';
+import { stateKey } from '../../platform/state.js';
+import { DURABLE_TYPES, DurableInput, DurablePayloads, jsonlKey, threadChannel, ThreadEvent, type BusFrame, type DurableFrame } from './frames.js';
+
+type Row = Selectable<ThreadsTable>;
+
+/** The threads domain's state in one app: one writer per thread at a time in this process. */
+export const THREAD_STATE = stateKey('threads', () => ({ writers: new KeyedQueue() }));
+
+export const inTurn = <T>(deps: Deps, threadId: string, fn: () => Promise<T>): Promise<T> => deps.state.get(THREAD_STATE).writers.run(threadId, fn);
+
+type Trx = Transaction<Database>;
+
+export async function lockThreadRow(deps: Deps, trx: Trx, threadId: string): Promise<Row | undefined> {
+  let q = trx.selectFrom('threads').selectAll().where('id', '=', threadId);
+  if (deps.db.dialect === 'postgres') q = q.forUpdate();
+  return q.executeTakeFirst();
+}
+
+/** Typed already, and checked again: a frame's JSON outlives the code that wrote it (the JSONL is read back by later versions). */
+function checkDurable(frame: DurableInput): DurableInput {
+  const parsed = DurableInput.safeParse(frame);
+  if (parsed.success) return parsed.data;
+  if (!(DURABLE_TYPES as readonly string[]).includes(frame.type)) throw new Error(`${frame.type} is not a durable frame type`);
+  throw new Error(
+    `a ${frame.type} frame does not match the catalogue: ${parsed.error.issues.map((i) => `${i.path.join('.')} ${i.message}`).join('; ')}`,
+  );
+}
+
+/**
+ * Appends durable frames to a thread: each gets the thread's next sequence, all are appended to the
+ * thread's JSONL (the source of truth, one fsync) and projected into SQL in one transaction, then published
+ * on the bus in order. One writer per thread at a time: an in-process queue, and across replicas the thread
+ * row's lock (PostgreSQL; SQLite serializes writers anyway). Runs (and compaction) write only through here.
+ */
+export async function appendDurable(
+  deps: Deps,
+  threadId: string,
+  frames: DurableInput[],
+  opts: { extra?: (trx: Trx, events: DurableFrame[]) => Promise<void>; touch?: boolean } = {},
+): Promise<DurableFrame[]> {
+  const inputs = frames.map(checkDurable);
+  return inTurn(deps, threadId, async () => {
+    const events = await deps.db.kysely.transaction().execute(async (trx) => {
+      let row = await lockThreadRow(deps, trx, threadId);
+      if (!row) throw errors.notFound('thread', threadId);
+      row = await repairTail(deps, trx, row);
+      const key = jsonlKey(row.org_id, row.id);
+      const now = nowIso();
+      let seq = row.last_sequence;
+      const events: DurableFrame[] = inputs.map((f) => ({
+        ...f,
+        sequence: ++seq,
+        rolloutId: f.rolloutId ?? row!.active_rollout_id ?? '',
+        threadId: row!.id,
+        runId: f.runId ?? null,
+        createdAt: now,
+      }));
+      const text = events.map((e) => `${JSON.stringify(e)}\n`).join('');
+      await deps.blobs.append(key, text);
+      await trx
+        .insertInto('thread_events')
+        .values(
+          events.map((e) => ({
+            thread_id: e.threadId,
+            sequence: e.sequence,
+            rollout_id: e.rolloutId,
+            run_id: e.runId,
+            type: e.type,
+            payload: JSON.stringify(e.payload),
+            created_at: e.createdAt,
+          })),
+        )
+        .execute();
+      await trx
+        .updateTable('threads')
+        .set({ last_sequence: seq, jsonl_bytes: row.jsonl_bytes + Buffer.byteLength(text), ...(opts.touch === false ? {} : { updated_at: now }) })
+        .where('id', '=', row.id)
+        .execute();
+      await opts.extra?.(trx, events);
+      return events;
+    });
+    for (const event of events) await publishFrame(deps, threadId, event);
+    return events;
+  });
+}
+
+/**
+ * Brings the projection up to the JSONL: lines appended by a writer that crashed before its transaction
+ * committed are projected (they are durable: the JSONL is the truth), and a torn last line is closed with a
+ * newline so it reads as one unparsable line, skipped.
+ */
+async function repairTail(deps: Deps, trx: Trx, row: Row): Promise<Row> {
+  const key = jsonlKey(row.org_id, row.id);
+  const size = (await deps.blobs.size(key)) ?? 0;
+  if (size <= row.jsonl_bytes) return row;
+  const chunks: Buffer[] = [];
+  for await (const c of await deps.blobs.get(key, { start: row.jsonl_bytes, end: size - 1 })) chunks.push(c as Buffer);
+  const tail = Buffer.concat(chunks).toString('utf8');
+  let bytes = size;
+  if (!tail.endsWith('\n')) {
+    await deps.blobs.append(key, '\n');
+    bytes += 1;
+  }
+  let last = row.last_sequence;
+  for (const line of tail.split('\n')) {
+    const event = parseLine(line);
+    if (!event || event.sequence <= last) continue;
+    await projectEvent(trx, event);
+    last = event.sequence;
+  }
+  await trx.updateTable('threads').set({ last_sequence: last, jsonl_bytes: bytes }).where('id', '=', row.id).execute();
+  deps.log.warn({ threadId: row.id, recovered: last - row.last_sequence }, 'thread projection caught up with its JSONL');
+  return { ...row, last_sequence: last, jsonl_bytes: bytes };
+}
+
+function parseLine(line: string): ThreadEvent | null {
+  if (!line.trim()) return null;
+  try {
+    const e = ThreadEvent.safeParse(JSON.parse(line));
+    return e.success ? e.data : null;
+  } catch {
+    return null; // a torn line
+  }
+}
+
+/** Inserts one event into the projection; a compaction's rollout is recreated from its frame if missing. */
+async function projectEvent(trx: Trx, e: ThreadEvent): Promise<void> {
+  await trx
+    .insertInto('thread_events')
+    .values({
+      thread_id: e.threadId,
+      sequence: e.sequence,
+      rollout_id: e.rolloutId,
+      run_id: e.runId,
+      type: e.type,
+      payload: JSON.stringify(e.payload),
+      created_at: e.createdAt,
+    })
+    .onConflict((oc) => oc.columns(['thread_id', 'sequence']).doNothing())
+    .execute();
+  if (e.type === 'compaction_completed') {
+    const p = DurablePayloads.compaction_completed.parse(e.payload);
+    const exists = await trx.selectFrom('thread_rollouts').select('id').where('id', '=', p.rolloutId).executeTakeFirst();
+    if (!exists) {
+      await trx.updateTable('thread_rollouts').set({ status: 'closed', closed_at: e.createdAt }).where('id', '=', p.fromRolloutId).execute();
+      await trx
+        .insertInto('thread_rollouts')
+        .values({
+          id: p.rolloutId,
+          thread_id: e.threadId,
+          position: p.position,
+          kind: 'compaction',
+          status: 'active',
+          from_rollout_id: p.fromRolloutId,
+          summary: p.summary,
+          summary_method: p.summaryMethod,
+          summary_model: p.summaryModel ?? null,
+          created_at: e.createdAt,
+          closed_at: null,
+        })
+        .execute();
+      await trx.updateTable('threads').set({ active_rollout_id: p.rolloutId }).where('id', '=', e.threadId).execute();
+    }
+  }
+}
+
+/** Rebuilds a thread's projection from its JSONL alone (the `hangar threads rebuild` command). */
+export async function rebuildThread(deps: Deps, threadId: string): Promise<{ events: number; lastSequence: number }> {
+  return inTurn(deps, threadId, () =>
+    deps.db.kysely.transaction().execute(async (trx) => {
+      const row = await lockThreadRow(deps, trx, threadId);
+      if (!row) throw errors.notFound('thread', threadId);
+      const key = jsonlKey(row.org_id, row.id);
+      let size = (await deps.blobs.size(key)) ?? 0;
+      let text = '';
+      if (size > 0) {
+        const chunks: Buffer[] = [];
+        for await (const c of await deps.blobs.get(key)) chunks.push(c as Buffer);
+        text = Buffer.concat(chunks).toString('utf8');
+        if (!text.endsWith('\n')) {
+          await deps.blobs.append(key, '\n');
+          size += 1;
+        }
+      }
+      await trx.deleteFrom('thread_events').where('thread_id', '=', row.id).execute();
+      let last = 0;
+      let count = 0;
+      for (const line of text.split('\n')) {
+        const event = parseLine(line);
+        if (!event || event.sequence <= last) continue;
+        await projectEvent(trx, event);
+        last = event.sequence;
+        count++;
+      }
+      await trx.updateTable('threads').set({ last_sequence: last, jsonl_bytes: size }).where('id', '=', row.id).execute();
+      return { events: count, lastSequence: last };
+    }),
+  );
+}
+
+/** Start-up check: every thread whose JSONL is longer than its projection catches up. */
+export async function repairAll(deps: Deps): Promise<number> {
+  const rows = await deps.db.kysely.selectFrom('threads').select(['id', 'org_id', 'jsonl_bytes']).execute();
+  let repaired = 0;
+  for (const r of rows) {
+    const size = (await deps.blobs.size(jsonlKey(r.org_id, r.id))) ?? 0;
+    if (size <= r.jsonl_bytes) continue;
+    await inTurn(deps, r.id, () =>
+      deps.db.kysely.transaction().execute(async (trx) => {
+        const row = await lockThreadRow(deps, trx, r.id);
+        if (row) await repairTail(deps, trx, row);
+      }),
+    );
+    repaired++;
+  }
+  return repaired;
+}
+
+/** Every frame reaches the thread's subscribers (on every replica) through here. */
+export async function publishFrame(deps: Deps, threadId: string, frame: BusFrame): Promise<void> {
+  await deps.bus.publish(threadChannel(threadId), frame);
+}
