@@ -1,14 +1,13 @@
-import { streamText, type ModelMessage } from 'ai';
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
 import { exec, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
-import { nowIso, prefixedId, uuid } from '../../platform/ids.js';
+import { nowIso, uuid } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
-import { providerError, recordModelUsage, resolveModel, toUsage } from '../models/index.js';
-import { agentOf, createSandbox, getSandbox, resumeSandbox } from '../sandboxes/index.js';
+import { providerError, resolveModel } from '../models/index.js';
+import { createSandbox, getSandbox, resumeSandbox } from '../sandboxes/index.js';
 import {
   acquireRunLock,
   activeRun,
@@ -19,8 +18,6 @@ import {
   releaseRunLock,
   renewRunLock,
   threadBusy,
-  threadHistory,
-  transientFrames,
   transientPublisher,
   type DurableFrame,
   type DurableInput,
@@ -28,15 +25,14 @@ import {
   type TransientOrigin,
   type TransientPublisher,
 } from '../threads/index.js';
+import { CancelledError } from './io.js';
+import { runTurns } from './loop.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
-import { runTool, toolDefinitions } from './tools.js';
 
 type AgentRow = Selectable<AgentsTable>;
 type RunRow = Selectable<AgentRunsTable>;
 
-const DEFAULT_MAX_TURNS = 20;
 const LOCK_TTL_MS = 120_000;
-const SUMMARY_PREFIX = 'Summary of the conversation so far:\n';
 
 /** A frame as a run emits it: a durable or a transient frame of the thread's catalogue. SSE clients of POST /v1/run get these. */
 export type RunFrame = DurableFrame | TransientFrame;
@@ -98,13 +94,6 @@ export async function cancelRun(ctx: Ctx, runId: string): Promise<RunResult> {
   // The run ends itself (status cancelled) as soon as its current step notices.
   for (let i = 0; i < 100 && active.has(runId); i++) await new Promise((r) => setTimeout(r, 50));
   return getRun(ctx, runId);
-}
-
-class CancelledError extends Error {
-  constructor() {
-    super('the run was cancelled');
-    this.name = 'CancelledError';
-  }
 }
 
 function userText(body: RunBody): string {
@@ -229,7 +218,6 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
     }
     return events;
   };
-  let messageSeq = 0;
   const usage = emptyUsage();
   // Live frames go out as any client's do (the threads domain's publisher), opened once the run is recorded.
   let publishLive: TransientPublisher | null = null;
@@ -274,149 +262,16 @@ export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: R
       return toResult(row);
     }
 
-    const { summary, messages: past } = await threadHistory(ctx, threadId, row.rollout_id);
-    const messages: ModelMessage[] = past.map((m) => ({ role: m.role, content: m.text }));
-    const system = [agent.instructions, summary ? `${SUMMARY_PREFIX}${summary}` : null].filter(Boolean).join('\n\n') || undefined;
-    const toolSet = mode === 'in_sandbox' ? toolDefinitions(tools) : {};
-    const sandboxAgent = row.sandbox_id ? (await agentOf(ctx, row.sandbox_id)).agent : null;
-    const pids = new Set<number>();
-    const maxTurns = cfg.maxTurns ?? DEFAULT_MAX_TURNS;
-    let status: RunResult['status'] = 'max_turns';
-    let finalText: string | null = null;
-
-    for (let turn = 1; turn <= maxTurns; turn++) {
-      row.iterations = turn;
-      const messageId = `msg_${runId.slice(0, 8)}_${++messageSeq}`;
-      let streamError: unknown = null;
-      const stream = streamText({
-        model: model!.model,
-        system,
-        messages,
-        tools: Object.keys(toolSet).length ? toolSet : undefined,
-        maxOutputTokens: cfg.maxTokens,
-        temperature: cfg.temperature,
-        abortSignal: controller.signal,
-        maxRetries: 1,
-        onError: ({ error }) => {
-          streamError = error;
-        },
-      });
-      let textOut = '';
-      let reasoning = '';
-      const calls: { id: string; name: string; input: unknown }[] = [];
-      for await (const part of stream.fullStream) {
-        if (part.type === 'text-delta') {
-          textOut += part.text;
-          await live(transientFrames.assistantMessageDelta(origin(), messageId, part.text));
-        } else if (part.type === 'reasoning-delta') {
-          reasoning += part.text;
-          await live(transientFrames.assistantThinkingDelta(origin(), messageId, part.text));
-        } else if (part.type === 'tool-call') calls.push({ id: part.toolCallId, name: part.toolName, input: part.input });
-        else if (part.type === 'error') streamError = part.error;
-        else if (part.type === 'finish') {
-          const u = toUsage(part.totalUsage);
-          usage.inputTokens += u.inputTokens;
-          usage.outputTokens += u.outputTokens;
-          usage.cachedInputTokens += u.cachedInputTokens;
-          usage.reasoningTokens += u.reasoningTokens;
-          usage.totalTokens += u.totalTokens;
-          await recordModelUsage(deps, { orgId: row.org_id, userId: ctx.principal.userId, entry: model!.entry, usage: u, source: 'run', runId });
-        }
-      }
-      if (controller.signal.aborted) throw new CancelledError();
-      if (streamError) throw providerError(streamError, model!.entry.id);
-
-      const assistantParts: Exclude<ModelMessage['content'], string> = [];
-      if (textOut || reasoning) {
-        await durable([{ type: 'assistant_message', payload: { messageId, text: textOut, ...(reasoning ? { reasoning } : {}) } }]);
-        if (textOut) {
-          finalText = textOut;
-          (assistantParts as unknown[]).push({ type: 'text', text: textOut });
-        }
-      }
-      if (!calls.length) {
-        if (textOut || assistantParts.length) messages.push({ role: 'assistant', content: textOut });
-        status = 'completed';
-        break;
-      }
-      for (const c of calls) (assistantParts as unknown[]).push({ type: 'tool-call', toolCallId: c.id, toolName: c.name, input: c.input });
-      messages.push({ role: 'assistant', content: assistantParts } as ModelMessage);
-      const results: unknown[] = [];
-      for (const c of calls) {
-        await durable([{ type: 'tool_call', payload: { toolCallId: c.id, name: c.name, input: c.input } }]);
-        await live(transientFrames.toolCallStarted(origin(), c.id, c.name));
-        const toolStarted = Date.now();
-        const outcome =
-          sandboxAgent && c.name in toolSet
-            ? await runTool(c.name, c.input, {
-                agent: sandboxAgent,
-                pids,
-                signal: controller.signal,
-                onOutput: (chunk) => void live(transientFrames.toolOutputDelta(origin(), c.id, chunk)),
-              })
-            : { output: `tool ${c.name} is not available to this agent`, isError: true as boolean, image: undefined };
-        // The execution record and, for a failure, its activity row: one transaction.
-        await withTx(ctx, async (tx) => {
-          await exec(tx)
-            .insertInto('tool_executions')
-            .values({
-              id: prefixedId('tex'),
-              org_id: row.org_id,
-              user_id: ctx.principal.userId,
-              run_id: runId,
-              tool: c.name,
-              status: outcome.isError ? 'failed' : 'completed',
-              duration_ms: Date.now() - toolStarted,
-              created_at: nowIso(),
-            })
-            .execute();
-          if (outcome.isError) {
-            await recordActivity(tx, {
-              resourceType: 'tool',
-              resourceId: c.name,
-              toolSlug: c.name,
-              agentRunId: runId,
-              threadId,
-              eventType: 'tool.call.failed',
-              status: 'failed',
-              title: `Tool ${c.name} failed`,
-              summary: outcome.output.slice(0, 500),
-            });
-          }
-        });
-        if (controller.signal.aborted) throw new CancelledError();
-        await live(transientFrames.toolCallCompleted(origin(), c.id, c.name, outcome.isError));
-        await durable([
-          {
-            type: 'tool_result',
-            payload: {
-              toolCallId: c.id,
-              name: c.name,
-              output: outcome.output,
-              isError: outcome.isError,
-              ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}),
-            },
-          },
-        ]);
-        results.push({
-          type: 'tool-result',
-          toolCallId: c.id,
-          toolName: c.name,
-          output: outcome.image
-            ? {
-                type: 'content',
-                value: [
-                  { type: 'text', text: outcome.output },
-                  { type: 'image-data', data: outcome.image.data, mediaType: outcome.image.mediaType },
-                ],
-              }
-            : outcome.isError
-              ? { type: 'error-text', value: outcome.output }
-              : { type: 'text', value: outcome.output },
-        });
-      }
-      messages.push({ role: 'tool', content: results } as ModelMessage);
-    }
+    const { status, finalText, maxTurns } = await runTurns(ctx, {
+      row,
+      agent,
+      tools,
+      model: model!,
+      cfg,
+      signal: controller.signal,
+      usage,
+      io: { durable, live, origin },
+    });
 
     return await finish(
       ctx,

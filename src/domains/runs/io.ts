@@ -1,0 +1,16 @@
+/** What startRun, its turn loop and its tool step share: how a run writes frames and how it is cancelled. */
+import type { DurableFrame, DurableInput, TransientFrame, TransientOrigin } from '../threads/index.js';
+
+export class CancelledError extends Error {
+  constructor() {
+    super('the run was cancelled');
+    this.name = 'CancelledError';
+  }
+}
+
+/** How a run writes into its thread: durable frames (appendDurable), live frames (the thread's transient publisher), and their origin. */
+export interface RunIo {
+  durable: (frames: DurableInput[]) => Promise<DurableFrame[]>;
+  live: (frame: TransientFrame) => Promise<void>;
+  origin: () => TransientOrigin;
+}
