@@ -2,6 +2,7 @@ import type { Selectable } from 'kysely';
 import mime from 'mime';
 import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
 import { BlobTooLargeError, type BlobSource } from '../../platform/blobs/index.js';
+import { refuseDeclaredLength } from '../../platform/http/byte-limit.js';
 import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
@@ -261,9 +262,7 @@ export async function writeFile(
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const { uploadLimitBytes, storageQuotaBytes } = ctx.deps.config;
-  if (opts.contentLength !== undefined && opts.contentLength > uploadLimitBytes) {
-    throw errors.tooLarge(`file is larger than the upload limit of ${uploadLimitBytes} bytes`);
-  }
+  refuseDeclaredLength(opts.contentLength, uploadLimitBytes, `file is larger than the upload limit of ${uploadLimitBytes} bytes`);
   if (opts.contentLength !== undefined && opts.contentLength > storageQuotaBytes) {
     throw errors.quotaExceeded(`file is larger than the storage quota of ${storageQuotaBytes} bytes`);
   }
