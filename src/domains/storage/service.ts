@@ -1,11 +1,12 @@
 import type { Selectable } from 'kysely';
 import mime from 'mime';
+import type { Readable } from 'node:stream';
 import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
 import { BlobTooLargeError, type BlobSource } from '../../platform/blobs/index.js';
 import { refuseDeclaredLength } from '../../platform/http/byte-limit.js';
 import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
-import { errors } from '../../platform/http/errors.js';
+import { AppError, errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
 import { ancestorsOf, nameOf, normalizeEntryPath, normalizePath, parentOf } from './paths.js';
@@ -244,6 +245,39 @@ function mimeFor(path: string, declared: string | undefined): string {
     return type;
   }
   return mime.getType(path) ?? 'application/octet-stream';
+}
+
+/** One part of an upload form, as the HTTP layer reads it. */
+export type FormPart =
+  | { type: 'field'; fieldname: string; value: unknown }
+  | { type: 'file'; fieldname: string; filename: string; file: Readable; mimetype: string };
+
+/**
+ * Writes each file part of a form under the folder named by a `path` field sent before it. Earlier parts
+ * stay committed when one fails, and the error says which part failed and what was stored; a form without
+ * file parts is a 400.
+ */
+export async function writeFormFiles(ctx: Ctx, workspaceId: string, parts: AsyncIterable<FormPart>): Promise<WorkspaceFileEntry[]> {
+  requireScope(ctx, 'storage:write');
+  let folder = '';
+  const written: WorkspaceFileEntry[] = [];
+  for await (const part of parts) {
+    if (part.type === 'field') {
+      if (part.fieldname === 'path') folder = normalizePath(String(part.value));
+      continue;
+    }
+    if (!part.filename) throw errors.invalidField(part.fieldname, 'file part needs a filename');
+    const target = folder ? `${folder}/${part.filename}` : part.filename;
+    try {
+      written.push((await writeFile(ctx, workspaceId, target, part.file, { contentType: part.mimetype })).entry);
+    } catch (err) {
+      if (!(err instanceof AppError)) throw err;
+      const stored = written.length ? ` (already stored: ${written.map((e) => e.path).join(', ')})` : '';
+      throw new AppError(err.code, `${target}: ${err.message}${stored}`, err.details, err.headers);
+    }
+  }
+  if (written.length === 0) throw errors.invalid('the form has no file parts');
+  return written;
 }
 
 /**

@@ -6,7 +6,7 @@ import type { App } from '../../platform/http/server.js';
 import { openBuildLog, readBuildLog } from './logs.js';
 import { DOCKERFILE_INSTRUCTIONS } from './plan.js';
 import { CreateTemplateBody, Template, TemplateCreated, TemplateParams } from './schemas.js';
-import { createTemplate, deleteTemplate, enqueueBuild, getTemplate, listTemplates } from './service.js';
+import { deleteTemplate, getTemplate, listTemplates, submitTemplate } from './service.js';
 
 const tags = ['templates'];
 
@@ -45,11 +45,7 @@ export async function templateRoutes(app: App, _deps: Deps) {
         response: { 201: envelope(TemplateCreated), ...errorResponses, 503: ErrorBody, 507: ErrorBody },
       },
     },
-    async (req, reply) => {
-      const row = await createTemplate(req.ctx, req.body);
-      enqueueBuild(req.ctx.deps, row.id);
-      return reply.status(201).send(ok(req, { id: row.id, slug: row.slug, name: row.name, status: row.status, createdAt: row.created_at }));
-    },
+    async (req, reply) => reply.status(201).send(ok(req, await submitTemplate(req.ctx, req.body))),
   );
 
   app.get(
