@@ -6,7 +6,8 @@ import { clientGone } from '../../platform/http/client-gone.js';
 import { openEventStream, wantsEventStream, type EventStream } from '../../platform/http/sse.js';
 import type { OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, type ActivityRegistry } from '../activity/index.js';
+import { sandboxActivity } from './activity.js';
 import {
   getProcess,
   listProcesses,
@@ -184,8 +185,7 @@ export async function sandboxRoutes(app: App, _deps: Deps) {
       },
     },
     async (req) => {
-      await getSandbox(req.ctx, req.params.id);
-      const result = await listActivity(req.ctx, { ...req.query, sandbox_id: req.params.id }, { resourceAuthorized: true });
+      const result = await sandboxActivity(req.ctx, req.params.id, req.query);
       return page(req, { events: result.events }, result);
     },
   );

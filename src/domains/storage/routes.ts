@@ -6,7 +6,7 @@ import type { Deps } from '../../platform/context.js';
 import { AppError } from '../../platform/http/errors.js';
 import { envelope, errorResponses, ok, page } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, type ActivityRegistry } from '../activity/index.js';
 import {
   DeleteQuery,
   DeleteResult,
@@ -30,6 +30,7 @@ import {
   openFile,
   storageUsage,
   writeFile,
+  workspaceActivity,
   writeFormFiles,
 } from './service.js';
 
@@ -279,8 +280,7 @@ export async function storageRoutes(app: App, deps: Deps) {
       },
     },
     async (req) => {
-      await getWorkspace(req.ctx, req.params.id);
-      const result = await listActivity(req.ctx, { ...req.query, workspace_id: req.params.id }, { resourceAuthorized: true });
+      const result = await workspaceActivity(req.ctx, req.params.id, req.query);
       return page(req, { events: result.events }, result);
     },
   );

@@ -8,7 +8,7 @@ import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx } from '../../p
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
-import { recordActivity } from '../activity/index.js';
+import { listActivity, recordActivity, type ActivityQuery } from '../activity/index.js';
 import { ancestorsOf, nameOf, normalizeEntryPath, normalizePath, parentOf } from './paths.js';
 import type { MoveBody, Workspace, WorkspaceFileEntry } from './schemas.js';
 
@@ -520,4 +520,10 @@ export async function openFile(ctx: Ctx, workspaceId: string, rawPath: string) {
     sha256: row.sha256,
     read: (range?: { start: number; end: number }) => ctx.deps.blobs.get(blobKey, range),
   };
+}
+
+/** A workspace's activity: anyone who can access the workspace sees all its events. */
+export async function workspaceActivity(ctx: Ctx, workspaceId: string, query: Omit<ActivityQuery, 'workspace_id'>) {
+  await getWorkspace(ctx, workspaceId);
+  return listActivity(ctx, { ...query, workspace_id: workspaceId }, { resourceAuthorized: true });
 }
