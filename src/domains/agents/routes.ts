@@ -2,9 +2,9 @@ import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { envelope, errorResponses, ok, page } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
+import { ActivityPage, ActivityQuery, type ActivityRegistry } from '../activity/index.js';
 import { Agent, AgentParams, CreateAgentBody, PatchAgentBody } from './schemas.js';
-import { canSeeAgent, createAgent, deleteAgent, findAgentRow, getAgent, listAgents, updateAgent } from './service.js';
+import { canSeeAgent, createAgent, deleteAgent, getAgent, listAgentActivity, listAgents, updateAgent } from './service.js';
 
 /** The agents domain's activity check (buildApp registers it). */
 export function registerAgentActivity(registry: ActivityRegistry): void {
@@ -98,8 +98,7 @@ export async function agentRoutes(app: App, _deps: Deps) {
       },
     },
     async (req) => {
-      const row = await findAgentRow(req.ctx, req.params.slug);
-      const result = await listActivity(req.ctx, { ...req.query, resource_type: 'agent', resource_id: row.id }, { resourceAuthorized: true });
+      const result = await listAgentActivity(req.ctx, req.params.slug, req.query);
       return page(req, { events: result.events }, result);
     },
   );

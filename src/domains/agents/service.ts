@@ -4,7 +4,7 @@ import { exec, orgId, requireScope, withTx, type Ctx } from '../../platform/cont
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, uuid } from '../../platform/ids.js';
-import { recordActivity } from '../activity/index.js';
+import { listActivity, recordActivity, type ActivityQuery } from '../activity/index.js';
 import { modelGateway } from '../models/index.js';
 import { resolveTemplate } from '../templates/index.js';
 import { SANDBOX_TOOLS, type Agent, type CreateAgentBody, type PatchAgentBody } from './schemas.js';
@@ -165,4 +165,10 @@ export async function deleteAgent(ctx: Ctx, slug: string): Promise<void> {
 export async function canSeeAgent(ctx: Ctx, id: string): Promise<boolean> {
   const row = await exec(ctx).selectFrom('agents').select('id').where('org_id', '=', orgId(ctx)).where('id', '=', id).executeTakeFirst();
   return Boolean(row);
+}
+
+/** An agent's activity: seeing the agent is what authorizes its events (and its runs'). */
+export async function listAgentActivity(ctx: Ctx, slug: string, query: Omit<ActivityQuery, 'resource_type' | 'resource_id'>) {
+  const row = await findAgentRow(ctx, slug);
+  return listActivity(ctx, { ...query, resource_type: 'agent', resource_id: row.id }, { resourceAuthorized: true });
 }

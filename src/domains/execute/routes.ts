@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
+import { clientGone } from '../../platform/http/client-gone.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
 import { CancelledError } from './pool.js';
@@ -33,13 +34,9 @@ export async function executeRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const controller = new AbortController();
-      const onClose = () => {
-        if (!reply.raw.writableFinished) controller.abort();
-      };
-      reply.raw.once('close', onClose);
+      const gone = clientGone(reply);
       try {
-        const { id, result } = await executeCode(req.ctx, executor, req.body, controller.signal);
+        const { id, result } = await executeCode(req.ctx, executor, req.body, gone.signal);
         reply.header('x-execution-id', id);
         return result;
       } catch (err) {
@@ -51,7 +48,7 @@ export async function executeRoutes(app: App, deps: Deps) {
         }
         throw err;
       } finally {
-        reply.raw.off('close', onClose);
+        gone.release();
       }
     },
   );

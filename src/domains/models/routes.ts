@@ -1,6 +1,6 @@
-import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
+import { clientGone } from '../../platform/http/client-gone.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
 import { AvailableModels, ProxyBody, ProxyResult } from './schemas.js';
@@ -8,18 +8,6 @@ import { availableModels, modelGateway, proxyGenerate, proxyStream } from './ser
 
 const tags = ['models'];
 const proxyErrors = { ...errorResponses, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody };
-
-/**
- * Aborted when the client goes away before the answer is complete; the upstream request is cancelled with it.
- * Watches the response: the request stream closes as soon as its body has been read (Node's autoDestroy).
- */
-function clientGone(raw: ServerResponse): AbortController {
-  const controller = new AbortController();
-  raw.once('close', () => {
-    if (!raw.writableFinished) controller.abort();
-  });
-  return controller;
-}
 
 export async function modelRoutes(app: App, deps: Deps) {
   modelGateway(deps); // a bad models file stops start-up with a ConfigError naming it
@@ -57,8 +45,8 @@ export async function modelRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const controller = clientGone(reply.raw);
-      return ok(req, await proxyGenerate(req.ctx, req.body, controller.signal));
+      // The upstream request is cancelled when the client leaves.
+      return ok(req, await proxyGenerate(req.ctx, req.body, clientGone(reply).signal));
     },
   );
 
@@ -80,8 +68,8 @@ export async function modelRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const controller = clientGone(reply.raw);
-      const lines = await proxyStream(req.ctx, req.body, controller.signal);
+      const gone = clientGone(reply).signal;
+      const lines = await proxyStream(req.ctx, req.body, gone);
       reply.hijack();
       const raw = reply.raw;
       raw.writeHead(200, {
@@ -90,12 +78,9 @@ export async function modelRoutes(app: App, deps: Deps) {
         'cache-control': 'no-cache',
         'x-accel-buffering': 'no',
       });
-      raw.on('close', () => {
-        if (!raw.writableFinished) controller.abort();
-      });
       try {
         for await (const line of lines) {
-          if (controller.signal.aborted) break;
+          if (gone.aborted) break;
           raw.write(`${JSON.stringify(line)}\n`);
         }
       } finally {

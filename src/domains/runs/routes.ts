@@ -1,4 +1,5 @@
 import type { Deps } from '../../platform/context.js';
+import { clientGone } from '../../platform/http/client-gone.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import { openEventStream } from '../../platform/http/sse.js';
 import type { App } from '../../platform/http/server.js';
@@ -29,29 +30,22 @@ export async function runRoutes(app: App, _deps: Deps) {
       },
     },
     async (req, reply) => {
-      const controller = new AbortController();
-      // The response's close (not the request's: that one closes once its body is read) tells a client that left,
-      // for a stream too: one gone before its first frame (e.g. while the sandbox is made) must cancel the run.
-      reply.raw.once('close', () => {
-        if (!reply.raw.writableFinished) controller.abort();
-      });
+      // For a stream too: a client gone before its first frame (e.g. while the sandbox is made) must cancel the run.
+      const gone = clientGone(reply).signal;
       if (req.body.stream) {
         // Validation errors (unknown agent, busy thread...) must still be JSON errors: open the stream on the first frame.
         let stream: ReturnType<typeof openEventStream> | null = null;
         const open = () => {
-          if (!stream) {
-            stream = openEventStream(reply);
-            stream.signal.addEventListener('abort', () => controller.abort());
-          }
+          stream ??= openEventStream(reply);
           return stream;
         };
-        const result = await startRun(req.ctx, req.body, { signal: controller.signal, emit: (frame) => open().send(frame.type, frame) });
+        const result = await startRun(req.ctx, req.body, { signal: gone, emit: (frame) => open().send(frame.type, frame) });
         const s = open();
         s.send('result', result);
         s.end();
         return;
       }
-      return ok(req, await startRun(req.ctx, req.body, { signal: controller.signal }));
+      return ok(req, await startRun(req.ctx, req.body, { signal: gone }));
     },
   );
 

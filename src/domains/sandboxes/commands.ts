@@ -1,10 +1,10 @@
 import { requireScope, type Ctx } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
-import type { AgentClient, AgentProcess, OutputEvent } from '../../platform/sandboxes/index.js';
+import { AGENT_LIMITS, type AgentClient, type AgentProcess, type OutputEvent } from '../../platform/sandboxes/index.js';
 import { resolveTemplate } from '../templates/index.js';
 import { normalizeSandboxPath } from './paths.js';
 import { agentOf, SANDBOX_STATE } from './service.js';
-import type { CommandBody } from './schemas.js';
+import type { CommandBody, CommandResult, OutputQuery, ProcessOutput, StdinBody } from './schemas.js';
 
 /** stdout and stderr of a waited command are each cut here in the JSON answer (streams are not cut). */
 export const OUTPUT_LIMIT = 1024 * 1024;
@@ -86,5 +86,132 @@ export function toProcess(p: AgentProcess) {
     endedAt: p.endedAt,
     outputBytes: p.outputBytes,
     truncated: p.truncated,
+  };
+}
+
+/** Starts a background command and answers its process at once; it keeps running when the client leaves. */
+export async function startBackgroundCommand(ctx: Ctx, id: string, body: CommandBody): Promise<ReturnType<typeof toProcess>> {
+  requireScope(ctx, 'sandbox:write');
+  const { agent, pid } = await startCommand(ctx, id, { ...body, background: true });
+  return toProcess(await agent.getProcess(pid));
+}
+
+/** Ties a waited command to its client: when `gone` aborts, following stops and the command is killed. */
+function followUntilGone(agent: AgentClient, pid: number, gone: AbortSignal, opts: { deadlineMs?: number } = {}) {
+  const controller = new AbortController();
+  const leave = () => {
+    controller.abort();
+    void agent.signal(pid, 'SIGKILL').catch(() => undefined);
+  };
+  if (gone.aborted) leave();
+  else gone.addEventListener('abort', leave, { once: true });
+  return { events: agent.output(pid, { follow: true, signal: controller.signal, deadlineMs: opts.deadlineMs }), signal: controller.signal };
+}
+
+/**
+ * Starts a waited command whose output the caller streams: `follow(gone)` yields it until the exit, and the
+ * command is killed when `gone` aborts (the client disconnected).
+ */
+export async function startStreamedCommand(
+  ctx: Ctx,
+  id: string,
+  body: CommandBody,
+): Promise<{ pid: number; follow(gone: AbortSignal): { events: AsyncIterable<OutputEvent>; signal: AbortSignal } }> {
+  requireScope(ctx, 'sandbox:write');
+  const { agent, pid } = await startCommand(ctx, id, { ...body, background: false });
+  return { pid, follow: (gone) => followUntilGone(agent, pid, gone) };
+}
+
+/**
+ * Runs a waited command to its end and answers its output (each stream cut at OUTPUT_LIMIT); the command is
+ * killed when `gone` aborts (the client disconnected) and by the agent at its timeout.
+ */
+export async function runCommand(ctx: Ctx, id: string, body: CommandBody, gone: AbortSignal): Promise<CommandResult> {
+  requireScope(ctx, 'sandbox:write');
+  const { agent, pid } = await startCommand(ctx, id, { ...body, background: false });
+  const started = Date.now();
+  // The agent kills the command at its timeout; an agent still streaming well after that misbehaves.
+  const timeoutMs = body.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const r = await collect(followUntilGone(agent, pid, gone, { deadlineMs: timeoutMs + AGENT_LIMITS.callMs }).events);
+  return {
+    pid,
+    exitCode: r.exit?.exitCode ?? null,
+    signal: r.exit?.signal ?? null,
+    timedOut: r.exit?.timedOut ?? false,
+    stdout: r.stdout,
+    stderr: r.stderr,
+    stdoutTruncated: r.stdoutTruncated || (r.exit?.truncated ?? false),
+    stderrTruncated: r.stderrTruncated || (r.exit?.truncated ?? false),
+    durationMs: r.exit?.durationMs ?? Date.now() - started,
+  };
+}
+
+/** The processes started through the API: running ones first, then the most recent finished ones. */
+export async function listProcesses(ctx: Ctx, id: string): Promise<ReturnType<typeof toProcess>[]> {
+  requireScope(ctx, 'sandbox:read');
+  const { agent } = await agentOf(ctx, id);
+  return (await agent.listProcesses()).map(toProcess);
+}
+
+export async function getProcess(ctx: Ctx, id: string, pid: number): Promise<ReturnType<typeof toProcess>> {
+  requireScope(ctx, 'sandbox:read');
+  const { agent } = await agentOf(ctx, id);
+  return toProcess(await agent.getProcess(pid));
+}
+
+/** Writes to a background process's stdin (text or base64); `eof` closes it. */
+export async function writeStdin(ctx: Ctx, id: string, pid: number, body: StdinBody): Promise<void> {
+  requireScope(ctx, 'sandbox:write');
+  const { agent } = await agentOf(ctx, id);
+  const data = body.encoding === 'base64' ? body.data : Buffer.from(body.data).toString('base64');
+  await agent.sendStdin(pid, data, body.eof);
+}
+
+/** Sends a signal (default SIGKILL) to a process's whole process group. */
+export async function signalProcess(ctx: Ctx, id: string, pid: number, signal = 'SIGKILL'): Promise<void> {
+  requireScope(ctx, 'sandbox:write');
+  const { agent } = await agentOf(ctx, id);
+  await agent.signal(pid, signal);
+}
+
+/**
+ * A process's output since byte `after`, for a stream: 404 before anything starts when the process is unknown;
+ * `follow(gone)` yields its output (live until its exit with `follow`) and stops when `gone` aborts.
+ */
+export async function openProcessOutput(
+  ctx: Ctx,
+  id: string,
+  pid: number,
+  q: OutputQuery,
+): Promise<{ follow(gone: AbortSignal): { events: AsyncIterable<OutputEvent>; signal: AbortSignal } }> {
+  requireScope(ctx, 'sandbox:read');
+  const { agent } = await agentOf(ctx, id);
+  await agent.getProcess(pid);
+  return {
+    follow(gone) {
+      const controller = new AbortController();
+      if (gone.aborted) controller.abort();
+      else gone.addEventListener('abort', () => controller.abort(), { once: true });
+      return { events: agent.output(pid, { follow: q.follow, after: q.after, signal: controller.signal }), signal: controller.signal };
+    },
+  };
+}
+
+/** A process's output since byte `after` as one answer, with `nextOffset` to read on from. */
+export async function readProcessOutput(ctx: Ctx, id: string, pid: number, after: number): Promise<ProcessOutput> {
+  requireScope(ctx, 'sandbox:read');
+  const { agent } = await agentOf(ctx, id);
+  await agent.getProcess(pid);
+  const r = await collect(agent.output(pid, { follow: false, after }));
+  const info = await agent.getProcess(pid);
+  return {
+    stdout: r.stdout,
+    stderr: r.stderr,
+    running: info.running,
+    exitCode: info.exitCode,
+    signal: info.signal,
+    timedOut: info.timedOut,
+    truncated: info.truncated || r.stdoutTruncated || r.stderrTruncated,
+    nextOffset: Math.max(r.nextOffset, after),
   };
 }

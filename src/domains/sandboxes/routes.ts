@@ -1,15 +1,25 @@
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import { Transform } from 'node:stream';
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { envelope, ErrorBody, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
-import { errors } from '../../platform/http/errors.js';
+import { clientGone } from '../../platform/http/client-gone.js';
 import { openEventStream, wantsEventStream, type EventStream } from '../../platform/http/sse.js';
-import { AGENT_LIMITS, type OutputEvent } from '../../platform/sandboxes/index.js';
+import type { OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
-import { collect, DEFAULT_TIMEOUT_MS, startCommand, toProcess } from './commands.js';
-import { normalizeSandboxPath } from './paths.js';
+import { ActivityPage, ActivityQuery, type ActivityRegistry } from '../activity/index.js';
+import { sandboxActivity } from './activity.js';
+import {
+  getProcess,
+  listProcesses,
+  openProcessOutput,
+  readProcessOutput,
+  runCommand,
+  signalProcess,
+  startBackgroundCommand,
+  startStreamedCommand,
+  writeStdin,
+} from './commands.js';
+import { makeFolder, movePath, readFile, removePath, statPath, uploadFile } from './files.js';
 import {
   CommandBody,
   CommandResult,
@@ -29,17 +39,7 @@ import {
   SandboxParams,
   StdinBody,
 } from './schemas.js';
-import {
-  agentOf,
-  canSeeSandbox,
-  createSandbox,
-  destroySandbox,
-  getSandbox,
-  listSandboxes,
-  pauseSandbox,
-  resumeSandbox,
-  sandboxHidden,
-} from './service.js';
+import { canSeeSandbox, createSandbox, destroySandbox, getSandbox, listSandboxes, pauseSandbox, resumeSandbox, sandboxHidden } from './service.js';
 
 /** The sandboxes domain's activity checks (buildApp registers them). */
 export function registerSandboxActivity(registry: ActivityRegistry): void {
@@ -66,7 +66,7 @@ async function relayOutput(stream: EventStream, events: AsyncIterable<OutputEven
   stream.end();
 }
 
-export async function sandboxRoutes(app: App, deps: Deps) {
+export async function sandboxRoutes(app: App, _deps: Deps) {
   app.post(
     '/v1/sandboxes',
     {
@@ -185,8 +185,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req) => {
-      await getSandbox(req.ctx, req.params.id);
-      const result = await listActivity(req.ctx, { ...req.query, sandbox_id: req.params.id }, { resourceAuthorized: true });
+      const result = await sandboxActivity(req.ctx, req.params.id, req.query);
       return page(req, { events: result.events }, result);
     },
   );
@@ -212,45 +211,20 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent, pid } = await startCommand(req.ctx, req.params.id, req.body);
-      if (req.body.background) return reply.status(201).send(ok(req, toProcess(await agent.getProcess(pid))));
-      const controller = new AbortController();
-      const kill = () => void agent.signal(pid, 'SIGKILL').catch(() => undefined);
-      const started = Date.now();
+      if (req.body.background) return reply.status(201).send(ok(req, await startBackgroundCommand(req.ctx, req.params.id, req.body)));
       if (wantsEventStream(req)) {
+        const command = await startStreamedCommand(req.ctx, req.params.id, req.body);
         const stream = openEventStream(reply);
-        stream.signal.addEventListener('abort', () => {
-          controller.abort();
-          kill();
-        });
-        stream.send('start', { pid });
-        await relayOutput(stream, agent.output(pid, { follow: true, signal: controller.signal }), controller.signal);
+        const { events, signal } = command.follow(stream.signal);
+        stream.send('start', { pid: command.pid });
+        await relayOutput(stream, events, signal);
         return;
       }
-      const onClose = () => {
-        if (!reply.raw.writableFinished) {
-          controller.abort();
-          kill();
-        }
-      };
-      reply.raw.once('close', onClose);
+      const gone = clientGone(reply);
       try {
-        // The agent kills the command at its timeout; an agent still streaming well after that misbehaves.
-        const timeoutMs = req.body.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-        const r = await collect(agent.output(pid, { follow: true, signal: controller.signal, deadlineMs: timeoutMs + AGENT_LIMITS.callMs }));
-        return ok(req, {
-          pid,
-          exitCode: r.exit?.exitCode ?? null,
-          signal: r.exit?.signal ?? null,
-          timedOut: r.exit?.timedOut ?? false,
-          stdout: r.stdout,
-          stderr: r.stderr,
-          stdoutTruncated: r.stdoutTruncated || (r.exit?.truncated ?? false),
-          stderrTruncated: r.stderrTruncated || (r.exit?.truncated ?? false),
-          durationMs: r.exit?.durationMs ?? Date.now() - started,
-        });
+        return ok(req, await runCommand(req.ctx, req.params.id, req.body, gone.signal));
       } finally {
-        reply.raw.off('close', onClose);
+        gone.release();
       }
     },
   );
@@ -267,10 +241,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         response: { 200: envelope(z.array(Process)), ...withUnavailable },
       },
     },
-    async (req) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      return ok(req, (await agent.listProcesses()).map(toProcess));
-    },
+    async (req) => ok(req, await listProcesses(req.ctx, req.params.id)),
   );
 
   app.get(
@@ -279,10 +250,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       config: { scope: 'sandbox:read' },
       schema: { tags, summary: 'Get a process', params: ProcessParams, response: { 200: envelope(Process), ...withUnavailable } },
     },
-    async (req) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      return ok(req, toProcess(await agent.getProcess(req.params.pid)));
-    },
+    async (req) => ok(req, await getProcess(req.ctx, req.params.id, req.params.pid)),
   );
 
   app.post(
@@ -299,9 +267,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      const data = req.body.encoding === 'base64' ? req.body.data : Buffer.from(req.body.data).toString('base64');
-      await agent.sendStdin(req.params.pid, data, req.body.eof);
+      await writeStdin(req.ctx, req.params.id, req.params.pid, req.body);
       return reply.status(204).send(null);
     },
   );
@@ -320,8 +286,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      await agent.signal(req.params.pid, req.body?.signal ?? 'SIGKILL');
+      await signalProcess(req.ctx, req.params.id, req.params.pid, req.body?.signal);
       return reply.status(204).send(null);
     },
   );
@@ -344,32 +309,12 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      const { pid } = req.params;
-      await agent.getProcess(pid); // 404 before any stream starts
-      if (wantsEventStream(req)) {
-        const stream = openEventStream(reply);
-        const controller = new AbortController();
-        stream.signal.addEventListener('abort', () => controller.abort());
-        await relayOutput(
-          stream,
-          agent.output(pid, { follow: req.query.follow, after: req.query.after, signal: controller.signal }),
-          controller.signal,
-        );
-        return;
-      }
-      const r = await collect(agent.output(pid, { follow: false, after: req.query.after }));
-      const info = await agent.getProcess(pid);
-      return ok(req, {
-        stdout: r.stdout,
-        stderr: r.stderr,
-        running: info.running,
-        exitCode: info.exitCode,
-        signal: info.signal,
-        timedOut: info.timedOut,
-        truncated: info.truncated || r.stdoutTruncated || r.stderrTruncated,
-        nextOffset: Math.max(r.nextOffset, req.query.after),
-      });
+      const { id, pid } = req.params;
+      if (!wantsEventStream(req)) return ok(req, await readProcessOutput(req.ctx, id, pid, req.query.after));
+      const output = await openProcessOutput(req.ctx, id, pid, req.query); // 404 before any stream starts
+      const stream = openEventStream(reply);
+      const { events, signal } = output.follow(stream.signal);
+      await relayOutput(stream, events, signal);
     },
   );
 
@@ -388,10 +333,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         response: { 200: envelope(z.union([z.object({ entries: z.array(FileEntry) }), z.object({ entry: FileEntry })])), ...withUnavailable },
       },
     },
-    async (req) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      return ok(req, await agent.stat(normalizeSandboxPath(req.query.path)));
-    },
+    async (req) => ok(req, await statPath(req.ctx, req.params.id, req.query.path)),
   );
 
   app.get(
@@ -408,8 +350,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      const file = await agent.read(normalizeSandboxPath(req.query.path));
+      const file = await readFile(req.ctx, req.params.id, req.query.path);
       reply.type('application/octet-stream').header('content-length', file.size);
       reply.header('x-content-type-options', 'nosniff');
       return reply.send(file.stream);
@@ -435,33 +376,11 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         },
       },
       async (req) => {
-        const limit = deps.config.uploadLimitBytes;
-        const declared = Number(req.headers['content-length'] ?? NaN);
+        const length = req.headers['content-length'];
         try {
-          if (declared > limit) throw errors.tooLarge(`the file is larger than the upload limit of ${limit} bytes`);
-          const { agent } = await agentOf(req.ctx, req.params.id);
-          const path = normalizeSandboxPath(req.query.path);
-          let seen = 0;
-          let over = false;
-          const limiter = new Transform({
-            transform(chunk: Buffer, _enc, cb) {
-              seen += chunk.length;
-              if (seen > limit) {
-                over = true;
-                return cb(new Error('upload limit'));
-              }
-              cb(null, chunk);
-            },
-          });
-          req.raw.pipe(limiter);
-          try {
-            return ok(req, await agent.write(path, limiter));
-          } catch (err) {
-            if (over) throw errors.tooLarge(`the file is larger than the upload limit of ${limit} bytes`);
-            throw err;
-          }
+          return ok(req, await uploadFile(req.ctx, req.params.id, req.query.path, req.raw, length !== undefined ? Number(length) : undefined));
         } catch (err) {
-          req.raw.resume();
+          req.raw.resume(); // discard the unread rest of a refused body
           throw err;
         }
       },
@@ -481,8 +400,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      return reply.status(201).send(ok(req, await agent.mkdir(normalizeSandboxPath(req.body.path))));
+      return reply.status(201).send(ok(req, await makeFolder(req.ctx, req.params.id, req.body.path)));
     },
   );
 
@@ -499,10 +417,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
         response: { 200: envelope(FileEntry), ...withUnavailable },
       },
     },
-    async (req) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      return ok(req, await agent.move(normalizeSandboxPath(req.body.from, 'from'), normalizeSandboxPath(req.body.to, 'to')));
-    },
+    async (req) => ok(req, await movePath(req.ctx, req.params.id, req.body.from, req.body.to)),
   );
 
   app.delete(
@@ -519,10 +434,7 @@ export async function sandboxRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const { agent } = await agentOf(req.ctx, req.params.id);
-      const path = normalizeSandboxPath(req.query.path);
-      if (path === '/') throw errors.invalidField('path', 'cannot delete the root folder');
-      await agent.remove(path, req.query.recursive);
+      await removePath(req.ctx, req.params.id, req.query.path, req.query.recursive);
       return reply.status(204).send(null);
     },
   );

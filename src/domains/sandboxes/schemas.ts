@@ -152,6 +152,7 @@ export const CommandResult = z
     durationMs: z.number().int(),
   })
   .meta({ id: 'CommandResult' });
+export type CommandResult = z.infer<typeof CommandResult>;
 
 export const Process = z
   .object({
@@ -179,6 +180,7 @@ export const StdinBody = z
     eof: z.boolean().default(false).describe('Close stdin after writing'),
   })
   .strict();
+export type StdinBody = z.infer<typeof StdinBody>;
 
 export const KillBody = z
   .object({ signal: z.enum(['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']).default('SIGKILL') })
@@ -188,6 +190,7 @@ export const OutputQuery = z.object({
   follow: queryBool.default(false).describe('With `Accept: text/event-stream`: keep streaming until the process exits'),
   after: z.coerce.number().int().min(0).default(0).describe('Skip output before this byte offset (the `offset` of events already seen)'),
 });
+export type OutputQuery = z.infer<typeof OutputQuery>;
 
 export const ProcessOutput = z
   .object({
@@ -201,6 +204,7 @@ export const ProcessOutput = z
     nextOffset: z.number().int().describe('Pass as `after` to read only newer output'),
   })
   .meta({ id: 'ProcessOutput' });
+export type ProcessOutput = z.infer<typeof ProcessOutput>;
 
 export const FileEntry = z
   .object({

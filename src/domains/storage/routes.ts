@@ -3,11 +3,10 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
-import { AppError, errors } from '../../platform/http/errors.js';
+import { AppError } from '../../platform/http/errors.js';
 import { envelope, errorResponses, ok, page } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
-import { normalizePath } from './paths.js';
+import { ActivityPage, ActivityQuery, type ActivityRegistry } from '../activity/index.js';
 import {
   DeleteQuery,
   DeleteResult,
@@ -31,6 +30,8 @@ import {
   openFile,
   storageUsage,
   writeFile,
+  workspaceActivity,
+  writeFormFiles,
 } from './service.js';
 
 /** The storage domain's activity check (buildApp registers it). */
@@ -208,25 +209,7 @@ export async function storageRoutes(app: App, deps: Deps) {
       },
       async (req, reply) => {
         if (!req.isMultipart()) throw new AppError('unsupported_media_type', 'send multipart/form-data, or PUT the raw bytes to /files/{path}');
-        let folder = '';
-        const written = [];
-        for await (const part of req.parts()) {
-          if (part.type === 'field') {
-            if (part.fieldname === 'path') folder = normalizePath(String(part.value));
-            continue;
-          }
-          if (!part.filename) throw errors.invalidField(part.fieldname, 'file part needs a filename');
-          const target = folder ? `${folder}/${part.filename}` : part.filename;
-          try {
-            written.push((await writeFile(req.ctx, req.params.id, target, part.file, { contentType: part.mimetype })).entry);
-          } catch (err) {
-            if (!(err instanceof AppError)) throw err;
-            // Earlier parts are committed; say which part failed and what was stored.
-            const stored = written.length ? ` (already stored: ${written.map((e) => e.path).join(', ')})` : '';
-            throw new AppError(err.code, `${target}: ${err.message}${stored}`, err.details, err.headers);
-          }
-        }
-        if (written.length === 0) throw errors.invalid('the form has no file parts');
+        const written = await writeFormFiles(req.ctx, req.params.id, req.parts());
         return reply.status(201).send(ok(req, written));
       },
     );
@@ -297,8 +280,7 @@ export async function storageRoutes(app: App, deps: Deps) {
       },
     },
     async (req) => {
-      await getWorkspace(req.ctx, req.params.id);
-      const result = await listActivity(req.ctx, { ...req.query, workspace_id: req.params.id }, { resourceAuthorized: true });
+      const result = await workspaceActivity(req.ctx, req.params.id, req.query);
       return page(req, { events: result.events }, result);
     },
   );

@@ -1,12 +1,14 @@
 import type { Selectable } from 'kysely';
 import mime from 'mime';
+import type { Readable } from 'node:stream';
 import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
 import { BlobTooLargeError, type BlobSource } from '../../platform/blobs/index.js';
+import { refuseDeclaredLength } from '../../platform/http/byte-limit.js';
 import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
-import { errors } from '../../platform/http/errors.js';
+import { AppError, errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
-import { recordActivity } from '../activity/index.js';
+import { listActivity, recordActivity, type ActivityQuery } from '../activity/index.js';
 import { ancestorsOf, nameOf, normalizeEntryPath, normalizePath, parentOf } from './paths.js';
 import type { MoveBody, Workspace, WorkspaceFileEntry } from './schemas.js';
 
@@ -245,6 +247,39 @@ function mimeFor(path: string, declared: string | undefined): string {
   return mime.getType(path) ?? 'application/octet-stream';
 }
 
+/** One part of an upload form, as the HTTP layer reads it. */
+export type FormPart =
+  | { type: 'field'; fieldname: string; value: unknown }
+  | { type: 'file'; fieldname: string; filename: string; file: Readable; mimetype: string };
+
+/**
+ * Writes each file part of a form under the folder named by a `path` field sent before it. Earlier parts
+ * stay committed when one fails, and the error says which part failed and what was stored; a form without
+ * file parts is a 400.
+ */
+export async function writeFormFiles(ctx: Ctx, workspaceId: string, parts: AsyncIterable<FormPart>): Promise<WorkspaceFileEntry[]> {
+  requireScope(ctx, 'storage:write');
+  let folder = '';
+  const written: WorkspaceFileEntry[] = [];
+  for await (const part of parts) {
+    if (part.type === 'field') {
+      if (part.fieldname === 'path') folder = normalizePath(String(part.value));
+      continue;
+    }
+    if (!part.filename) throw errors.invalidField(part.fieldname, 'file part needs a filename');
+    const target = folder ? `${folder}/${part.filename}` : part.filename;
+    try {
+      written.push((await writeFile(ctx, workspaceId, target, part.file, { contentType: part.mimetype })).entry);
+    } catch (err) {
+      if (!(err instanceof AppError)) throw err;
+      const stored = written.length ? ` (already stored: ${written.map((e) => e.path).join(', ')})` : '';
+      throw new AppError(err.code, `${target}: ${err.message}${stored}`, err.details, err.headers);
+    }
+  }
+  if (written.length === 0) throw errors.invalid('the form has no file parts');
+  return written;
+}
+
 /**
  * Writes a file: the bytes go to a new blob first (atomically), then one transaction creates parent
  * folders, records the entry, charges the quota and the activity. A failure leaves nothing behind.
@@ -261,9 +296,7 @@ export async function writeFile(
   await getWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const { uploadLimitBytes, storageQuotaBytes } = ctx.deps.config;
-  if (opts.contentLength !== undefined && opts.contentLength > uploadLimitBytes) {
-    throw errors.tooLarge(`file is larger than the upload limit of ${uploadLimitBytes} bytes`);
-  }
+  refuseDeclaredLength(opts.contentLength, uploadLimitBytes, `file is larger than the upload limit of ${uploadLimitBytes} bytes`);
   if (opts.contentLength !== undefined && opts.contentLength > storageQuotaBytes) {
     throw errors.quotaExceeded(`file is larger than the storage quota of ${storageQuotaBytes} bytes`);
   }
@@ -487,4 +520,10 @@ export async function openFile(ctx: Ctx, workspaceId: string, rawPath: string) {
     sha256: row.sha256,
     read: (range?: { start: number; end: number }) => ctx.deps.blobs.get(blobKey, range),
   };
+}
+
+/** A workspace's activity: anyone who can access the workspace sees all its events. */
+export async function workspaceActivity(ctx: Ctx, workspaceId: string, query: Omit<ActivityQuery, 'workspace_id'>) {
+  await getWorkspace(ctx, workspaceId);
+  return listActivity(ctx, { ...query, workspace_id: workspaceId }, { resourceAuthorized: true });
 }

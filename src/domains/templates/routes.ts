@@ -3,14 +3,14 @@ import type { Deps } from '../../platform/context.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import { openEventStream, wantsEventStream } from '../../platform/http/sse.js';
 import type { App } from '../../platform/http/server.js';
-import { buildChannel, type BuildMessage } from './builder.js';
+import { openBuildLog, readBuildLog } from './logs.js';
 import { DOCKERFILE_INSTRUCTIONS } from './plan.js';
 import { CreateTemplateBody, Template, TemplateCreated, TemplateParams } from './schemas.js';
-import { createTemplate, deleteTemplate, enqueueBuild, getTemplate, listTemplates, logKey, templateBuildState, templateRow } from './service.js';
+import { deleteTemplate, getTemplate, listTemplates, submitTemplate } from './service.js';
 
 const tags = ['templates'];
 
-export async function templateRoutes(app: App, deps: Deps) {
+export async function templateRoutes(app: App, _deps: Deps) {
   app.get(
     '/v1/templates',
     {
@@ -45,11 +45,7 @@ export async function templateRoutes(app: App, deps: Deps) {
         response: { 201: envelope(TemplateCreated), ...errorResponses, 503: ErrorBody, 507: ErrorBody },
       },
     },
-    async (req, reply) => {
-      const row = await createTemplate(req.ctx, req.body);
-      enqueueBuild(req.ctx.deps, row.id);
-      return reply.status(201).send(ok(req, { id: row.id, slug: row.slug, name: row.name, status: row.status, createdAt: row.created_at }));
-    },
+    async (req, reply) => reply.status(201).send(ok(req, await submitTemplate(req.ctx, req.body))),
   );
 
   app.get(
@@ -97,59 +93,15 @@ export async function templateRoutes(app: App, deps: Deps) {
       },
     },
     async (req, reply) => {
-      const row = await templateRow(req.ctx, req.params.slug);
-      const readLog = async () => {
-        const size = await deps.blobs.size(logKey(row.id));
-        if (!size) return '';
-        const chunks: Buffer[] = [];
-        for await (const c of await deps.blobs.get(logKey(row.id))) chunks.push(c as Buffer);
-        return Buffer.concat(chunks).toString('utf8');
-      };
-      if (!wantsEventStream(req)) return reply.type('text/plain; charset=utf-8').send(await readLog());
-
-      // Subscribe first, then read what is written: a line appended meanwhile arrives both ways and the
-      // line numbers drop the repeat.
-      const pending: BuildMessage[] = [];
-      let live: ((m: BuildMessage) => void) | null = null;
-      const unsubscribe = await deps.bus.subscribe(buildChannel(row.id), (m) => (live ? live(m as BuildMessage) : pending.push(m as BuildMessage)));
+      if (!wantsEventStream(req)) return reply.type('text/plain; charset=utf-8').send(await readBuildLog(req.ctx, req.params.slug));
+      const log = await openBuildLog(req.ctx, req.params.slug);
       const stream = openEventStream(reply);
-      let finished = false;
-      const finish = async () => {
-        if (finished) return;
-        finished = true;
-        await unsubscribe();
-        stream.end();
-      };
-      stream.signal.addEventListener('abort', () => void finish());
-      const text = await readLog();
-      const lines = text ? text.replace(/\n$/, '').split('\n') : [];
-      for (const [n, line] of lines.entries()) stream.send('log', { n, line }, n);
-      let next = lines.length;
-      const fresh = await templateBuildState(req.ctx, row.id);
-      const deliver = (m: BuildMessage) => {
-        if (finished) return;
-        if (m.type === 'log') {
-          if (m.n < next) return;
-          next = m.n + 1;
-          stream.send('log', { n: m.n, line: m.line }, m.n);
-        } else if (m.type === 'progress') stream.send('progress', { progress: m.progress, step: m.step, steps: m.steps });
-        else if (m.status !== 'building') {
-          stream.send('status', { status: m.status, progress: m.progress, error: m.error });
-          void finish();
-        }
-      };
-      if (!fresh || fresh.status === 'ready' || fresh.status === 'failed') {
-        // The build may have ended after the first read; its last lines were written before its status.
-        const all = await readLog();
-        const rest = all ? all.replace(/\n$/, '').split('\n').slice(next) : [];
-        for (const [i, line] of rest.entries()) stream.send('log', { n: next + i, line }, next + i);
-        stream.send('status', { status: fresh?.status ?? 'failed', progress: fresh?.progress ?? 0, error: fresh?.error ?? null });
-        await finish();
-        return;
-      }
-      stream.send('progress', { progress: fresh.progress, step: null, steps: null });
-      for (const m of pending.splice(0)) deliver(m);
-      live = deliver;
+      await log.follow((e) => {
+        if (e.type === 'log') stream.send('log', { n: e.n, line: e.line }, e.n);
+        else if (e.type === 'progress') stream.send('progress', { progress: e.progress, step: e.step, steps: e.steps });
+        else stream.send('status', { status: e.status, progress: e.progress, error: e.error });
+      }, stream.signal);
+      stream.end();
     },
   );
 }

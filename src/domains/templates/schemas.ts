@@ -36,6 +36,7 @@ export type CreateTemplateBody = z.infer<typeof CreateTemplateBody>;
 export const TemplateCreated = z
   .object({ id: z.string(), slug: z.string(), name: z.string(), status: z.enum(TEMPLATE_STATUSES), createdAt: z.string() })
   .meta({ id: 'TemplateCreated' });
+export type TemplateCreated = z.infer<typeof TemplateCreated>;
 
 export const Template = z
   .object({

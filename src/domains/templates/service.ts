@@ -8,7 +8,7 @@ import { stateKey } from '../../platform/state.js';
 import { requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
 import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
-import type { CreateTemplateBody, Template } from './schemas.js';
+import type { CreateTemplateBody, Template, TemplateCreated } from './schemas.js';
 
 type Row = Selectable<TemplatesTable>;
 
@@ -302,6 +302,13 @@ export async function deleteTemplate(ctx: Ctx, slug: string): Promise<Row> {
 }
 
 export const logKey = (id: string): string => `templates/${id}/build.log`;
+
+/** Creates a custom template and queues its build (after the commit, so the builder finds the row). */
+export async function submitTemplate(ctx: Ctx, body: CreateTemplateBody): Promise<TemplateCreated> {
+  const row = await createTemplate(ctx, body);
+  enqueueBuild(ctx.deps, row.id);
+  return { id: row.id, slug: row.slug, name: row.name, status: row.status, createdAt: row.created_at };
+}
 
 // ---- system templates ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { ByteLimit } from '../http/byte-limit.js';
 
 export interface PutResult {
   size: number;
@@ -52,10 +53,10 @@ export class LocalBlobStore implements BlobStore {
     const hash = createHash('sha256');
     let size = 0;
     const limit = opts.maxBytes ?? Number.POSITIVE_INFINITY;
+    const limiter = new ByteLimit(limit, () => new BlobTooLargeError(limit));
     const meter = new Transform({
       transform(chunk: Buffer, _enc, done) {
         size += chunk.length;
-        if (size > limit) return done(new BlobTooLargeError(limit));
         hash.update(chunk);
         done(null, chunk);
       },
@@ -63,7 +64,7 @@ export class LocalBlobStore implements BlobStore {
     const input = typeof source === 'string' || Buffer.isBuffer(source) ? [source] : source;
     const out = createWriteStream(tmp, { mode: 0o600 });
     try {
-      await pipeline(input as Iterable<unknown> | AsyncIterable<unknown>, meter, out);
+      await pipeline(input as Iterable<unknown> | AsyncIterable<unknown>, limiter, meter, out);
       const fh = await open(tmp, 'r');
       try {
         await fh.sync();
