@@ -34,6 +34,14 @@ function migrationsBeforeToolExecutions(): Record<string, Migration> {
   return list;
 }
 
+/** The tables of the database's own schema (PostgreSQL's introspection lists every schema's: other test files' too). */
+async function ownTables(db: Kysely<any>, dialect: 'sqlite' | 'postgres') {
+  const tables = await db.introspection.getTables();
+  if (dialect === 'sqlite') return tables;
+  const { rows } = await sql<{ schema: string }>`select current_schema() as schema`.execute(db);
+  return tables.filter((t) => t.schema === rows[0]?.schema);
+}
+
 describe('a database migrated before tool_executions was added to 20261122T0600_runs', () => {
   let fake: FakeOpenAI;
   let h: Harness;
@@ -46,7 +54,7 @@ describe('a database migrated before tool_executions was added to 20261122T0600_
       {
         prepareDatabase: async (db) => {
           await migrateToLatest(db.kysely, db.dialect, migrationsBeforeToolExecutions());
-          const tables = (await db.kysely.introspection.getTables()).map((t) => t.name);
+          const tables = (await ownTables(db.kysely, db.dialect)).map((t) => t.name);
           expect(tables).toContain('agent_runs');
           expect(tables).not.toContain('tool_executions');
         },
@@ -60,7 +68,7 @@ describe('a database migrated before tool_executions was added to 20261122T0600_
   });
 
   it('has the table and its index once migrated to the latest', async () => {
-    const tables = await h.deps.db.kysely.introspection.getTables();
+    const tables = await ownTables(h.deps.db.kysely, h.deps.db.dialect);
     const table = tables.find((t) => t.name === 'tool_executions');
     expect(table?.columns.map((c) => c.name).sort()).toEqual(['created_at', 'duration_ms', 'id', 'org_id', 'run_id', 'status', 'tool', 'user_id']);
     const indexes =

@@ -1,9 +1,11 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
-import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { createHarness, createOrgAdmin, json, testDatabaseUrl, type Actor, type Harness } from '../../../test/harness.js';
 import { buildApp, closeDeps, createDeps } from '../../app.js';
 import type { Deps } from '../../platform/context.js';
 import type { App } from '../../platform/http/server.js';
@@ -164,6 +166,7 @@ describe('runs interrupted by a server stop', () => {
 });
 
 describe('two apps in one process', () => {
+  const sharedSchema = `t_${randomBytes(6).toString('hex')}`;
   let fake: FakeOpenAI;
   let dir: string;
   let a: Harness;
@@ -173,7 +176,14 @@ describe('two apps in one process', () => {
   beforeAll(async () => {
     fake = await new FakeOpenAI().start();
     dir = mkdtempSync(path.join(tmpdir(), 'hangar-two-apps-'));
-    const env = { HANGAR_DATA_DIR: dir, HANGAR_OPENAI_BASE_URL: fake.url, HANGAR_OPENAI_API_KEY: 'sk-platform', HANGAR_OPENAI_MODELS: 'm1' };
+    // Both apps open one database: the SQLite file in the shared data directory, or one PostgreSQL schema.
+    const env = {
+      HANGAR_DATA_DIR: dir,
+      HANGAR_OPENAI_BASE_URL: fake.url,
+      HANGAR_OPENAI_API_KEY: 'sk-platform',
+      HANGAR_OPENAI_MODELS: 'm1',
+      ...(testDatabaseUrl ? { DATABASE_URL: `${testDatabaseUrl}${testDatabaseUrl.includes('?') ? '&' : '?'}schema=${sharedSchema}` } : {}),
+    };
     a = await createHarness({ ...env, HANGAR_NODE_ID: 'replica-a' });
     b = await createHarness({ ...env, HANGAR_NODE_ID: 'replica-b' });
     admin = await createOrgAdmin(a);
@@ -185,6 +195,12 @@ describe('two apps in one process', () => {
     await b?.close();
     await fake?.stop();
     rmSync(dir, { recursive: true, force: true });
+    if (testDatabaseUrl) {
+      const client = new pg.Client({ connectionString: testDatabaseUrl });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS "${sharedSchema}" CASCADE`);
+      await client.end();
+    }
   });
 
   it('share no runtime state: a run in progress on one is not the other’s to cancel', async () => {
