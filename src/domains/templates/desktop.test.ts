@@ -31,7 +31,7 @@ describe('the desktop-ubuntu system template', () => {
     expect(created.statusCode).toBe(201);
     const id = json(created).data.id;
     const cmd = [
-      'for i in $(seq 50); do xdpyinfo >/dev/null 2>&1 && pgrep -x openbox >/dev/null && break; sleep 0.1; done',
+      'for i in $(seq 200); do xdpyinfo >/dev/null 2>&1 && pgrep -x openbox >/dev/null && break; sleep 0.1; done',
       'echo $DISPLAY',
       'xdotool getdisplaygeometry',
       'import -window root /tmp/s.png && identify -format "%m\\n" /tmp/s.png',
