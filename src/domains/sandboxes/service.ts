@@ -10,7 +10,7 @@ import { stateKey } from '../../platform/state.js';
 import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
-import { resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
+import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
 
 type Row = Selectable<SandboxesTable>;
@@ -379,7 +379,11 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
         destroyed_at: null,
       };
       try {
-        await exec(ctx).insertInto('sandboxes').values(values).execute();
+        // The template cannot be deleted between the check above and this insert (see lockTemplateForUse).
+        await withTx(ctx, async (tx) => {
+          await lockTemplateForUse(tx, template);
+          await exec(tx).insertInto('sandboxes').values(values).execute();
+        });
         return values;
       } catch (err) {
         if (!isUniqueViolation(err)) throw err;
