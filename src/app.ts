@@ -7,7 +7,7 @@ import { billingRoutes } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
-import { organizationRoutes } from './domains/organizations/index.js';
+import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
 import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import { registerSandboxActivity, sandboxRoutes, sandboxUsingTemplate, startSandboxJobs } from './domains/sandboxes/index.js';
@@ -109,7 +109,9 @@ export async function closeDeps(deps: Deps): Promise<void> {
 
 /** Builds the HTTP app for the configured services on the given collaborators. */
 export async function buildApp(deps: Deps): Promise<App> {
-  const app = await createServer(deps, createAuthenticator(deps));
+  // Identity resolves credentials; the roles behind them are memberships, which organizations owns and answers.
+  const authenticate = createAuthenticator(deps, { membership: (userId, org) => membershipOf(deps, userId, org) });
+  const app = await createServer(deps, authenticate);
   // Templates ask the sandboxes domain (which owns the sandboxes table) whether a template is still in use.
   setTemplateUseCheck(deps, sandboxUsingTemplate);
   // Revocations from every replica close this process's sockets of that credential.

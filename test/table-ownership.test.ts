@@ -33,14 +33,6 @@ const OWNER: Record<string, string> = {
   system_settings: 'platform',
 };
 
-/**
- * Reads of another domain's table that stay, each with its reason. The authenticator (identity) resolves a
- * credential's role from memberships in the same query as the key (the hot path of every request); identity
- * cannot call organizations' verbs, which depend on identity. It moves when the authenticator takes its
- * membership lookup as an argument from app.ts.
- */
-const ALLOWED = new Set(['identity/service.ts memberships']);
-
 const QUERY = /\b(?:selectFrom|insertInto|updateTable|deleteFrom|replaceInto|mergeInto|innerJoin|leftJoin|rightJoin|fullJoin)\(\s*['"`]([a-z_]+)/g;
 
 function sources(dir: string): string[] {
@@ -60,12 +52,11 @@ describe('table ownership', () => {
     for (const file of sources(src)) {
       const rel = path.relative(src, file).split(path.sep).join('/');
       const domain = rel.startsWith('domains/') ? rel.split('/')[1] : rel.startsWith('platform/') ? 'platform' : rel;
-      const where = rel.startsWith('domains/') ? rel.slice('domains/'.length) : rel;
       for (const m of readFileSync(file, 'utf8').matchAll(QUERY)) {
         const table = m[1];
         const owner = OWNER[table];
         if (!owner) unknown.push(`${rel}: ${table}`);
-        else if (owner !== domain && !ALLOWED.has(`${where} ${table}`)) foreign.push(`${rel} queries ${table} (owned by ${owner})`);
+        else if (owner !== domain) foreign.push(`${rel} queries ${table} (owned by ${owner})`);
       }
     }
     expect(unknown).toEqual([]);

@@ -1,17 +1,26 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listActivity } from '../src/domains/activity/service.js';
-import { createAgent } from '../src/domains/agents/service.js';
+import { createAgent, findAgentRow } from '../src/domains/agents/service.js';
 import { getBalance } from '../src/domains/billing/service.js';
 import { executeCode } from '../src/domains/execute/service.js';
 import { createApiKey, listApiKeys } from '../src/domains/identity/service.js';
 import { availableModels } from '../src/domains/models/service.js';
 import { removeMember } from '../src/domains/organizations/members.js';
 import { replaceResourcePins } from '../src/domains/organizations/service.js';
-import { destroySandbox, listSandboxes } from '../src/domains/sandboxes/service.js';
+import { cancelRun, getRun, startRun } from '../src/domains/runs/service.js';
+import {
+  agentOf,
+  createSandbox,
+  destroySandbox,
+  getSandbox,
+  listSandboxes,
+  resumeSandbox,
+  threadSandboxCtx,
+} from '../src/domains/sandboxes/service.js';
 import { listSecrets, putSecret } from '../src/domains/secrets/service.js';
-import { makeFolder } from '../src/domains/storage/service.js';
+import { getWorkspace, makeFolder } from '../src/domains/storage/service.js';
 import { createTemplate, deleteTemplate } from '../src/domains/templates/service.js';
-import { createThread, deleteThread } from '../src/domains/threads/service.js';
+import { createThread, deleteThread, getThread } from '../src/domains/threads/service.js';
 import { systemCtx, type Ctx } from '../src/platform/context.js';
 import { AppError } from '../src/platform/http/errors.js';
 import { ROLE_SCOPES, type Scope } from '../src/platform/scopes.js';
@@ -31,23 +40,36 @@ beforeAll(async () => {
 });
 afterAll(() => h?.close());
 
-const without = (scope: Scope): Ctx =>
+/** The admin's context with every scope but `scopes` (several where a verb accepts any of them). */
+const without = (...scopes: Scope[]): Ctx =>
   systemCtx(h.deps, {
     userId: admin.userId,
     orgId: admin.orgId,
     role: 'admin',
-    scopes: new Set([...ROLE_SCOPES.admin].filter((s) => s !== scope)),
+    scopes: new Set([...ROLE_SCOPES.admin].filter((s) => !scopes.includes(s))),
     apiKeyId: null,
   });
 
-async function expectForbidden(scope: Scope, call: (ctx: Ctx) => Promise<unknown>) {
-  const err = await call(without(scope)).then(
+async function expectForbidden(scope: Scope | Scope[], call: (ctx: Ctx) => Promise<unknown>) {
+  const scopes = Array.isArray(scope) ? scope : [scope];
+  const err = await call(without(...scopes)).then(
     () => null,
     (e: unknown) => e,
   );
-  expect(err, `a context without ${scope} was let through`).toBeInstanceOf(AppError);
+  expect(err, `a context without ${scopes.join(', ')} was let through`).toBeInstanceOf(AppError);
   expect((err as AppError).code).toBe('forbidden');
-  expect((err as AppError).message).toContain(scope);
+  for (const s of scopes) expect((err as AppError).message).toContain(s);
+}
+
+/** The verb accepts a context holding just one of `scopes` (of those it checks): it gets past the check. */
+async function expectAccepted(scopes: Scope[], call: (ctx: Ctx) => Promise<unknown>) {
+  for (const kept of scopes) {
+    const err = await call(without(...scopes.filter((s) => s !== kept))).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect((err as AppError | null)?.code, `a context with ${kept} was refused: ${(err as Error | null)?.message}`).not.toBe('forbidden');
+  }
 }
 
 describe('verbs check their scope, whoever calls them', () => {
@@ -77,6 +99,48 @@ describe('verbs check their scope, whoever calls them', () => {
   it('sandboxes: list and destroy', async () => {
     await expectForbidden('sandbox:read', (ctx) => listSandboxes(ctx, { limit: 10 }));
     await expectForbidden('sandbox:write', (ctx) => destroySandbox(ctx, 'sbx_nope'));
+  });
+
+  it('sandboxes: create, resume, get and reach inside', async () => {
+    await expectForbidden('sandbox:write', (ctx) => createSandbox(ctx, { template: 'base-ubuntu' } as never));
+    await expectForbidden('sandbox:write', (ctx) => resumeSandbox(ctx, 'sbx_nope'));
+    // Read by GET /v1/sandboxes/{id} and by its activity listing: either scope will do, neither will not.
+    await expectForbidden(['sandbox:read', 'activity:read'], (ctx) => getSandbox(ctx, 'sbx_nope'));
+    await expectAccepted(['sandbox:read', 'activity:read'], (ctx) => getSandbox(ctx, 'sbx_nope'));
+    // Inside a sandbox: reading routes (sandbox:read) and changing ones (sandbox:write).
+    await expectForbidden(['sandbox:read', 'sandbox:write'], (ctx) => agentOf(ctx, 'sbx_nope'));
+    await expectAccepted(['sandbox:read', 'sandbox:write'], (ctx) => agentOf(ctx, 'sbx_nope'));
+    // A run reaches its thread's sandbox with agent:run alone; the context it derives needs agent:run.
+    await expectForbidden('agent:run', async (ctx) => threadSandboxCtx(ctx));
+    const derived = threadSandboxCtx(without('sandbox:read', 'sandbox:write'));
+    expect([...derived.principal.scopes]).toEqual(expect.arrayContaining(['sandbox:read', 'sandbox:write']));
+    // A member's context gains what the member role grants, and nothing beyond the sandbox scopes.
+    const memberCtx = systemCtx(h.deps, {
+      userId: member.userId,
+      orgId: member.orgId,
+      role: 'member',
+      scopes: new Set(['agent:run'] as const),
+      apiKeyId: null,
+    });
+    expect([...threadSandboxCtx(memberCtx).principal.scopes].sort()).toEqual(['agent:run', 'sandbox:read', 'sandbox:write']);
+  });
+
+  it('runs: start, get and cancel', async () => {
+    const signal = new AbortController().signal;
+    await expectForbidden('agent:run', (ctx) => startRun(ctx, { agent: 'nope', prompt: 'hi' } as never, { signal }));
+    await expectForbidden('agent:run', (ctx) => cancelRun(ctx, 'nope'));
+    // GET /v1/runs/{id} (agent:read); cancel (agent:run) answers with the run too.
+    await expectForbidden(['agent:read', 'agent:run'], (ctx) => getRun(ctx, 'nope'));
+    await expectAccepted(['agent:read', 'agent:run'], (ctx) => getRun(ctx, 'nope'));
+  });
+
+  it('reads shared with activity listings: threads, workspaces and agents', async () => {
+    await expectForbidden(['agent:read', 'activity:read'], (ctx) => getThread(ctx, 'nope'));
+    await expectAccepted(['agent:read', 'activity:read'], (ctx) => getThread(ctx, 'nope'));
+    await expectForbidden(['storage:read', 'activity:read'], (ctx) => getWorkspace(ctx, admin.personalWorkspaceId));
+    await expectAccepted(['storage:read', 'activity:read'], (ctx) => getWorkspace(ctx, admin.personalWorkspaceId));
+    await expectForbidden(['agent:run', 'activity:read'], (ctx) => findAgentRow(ctx, 'nope'));
+    await expectAccepted(['agent:run', 'activity:read'], (ctx) => findAgentRow(ctx, 'nope'));
   });
 
   it('agents: create', async () => {

@@ -80,6 +80,14 @@ export function requireScope(ctx: Ctx, scope: Scope): void {
   if (!hasScope(ctx, scope)) throw errors.missingScope(scope);
 }
 
+/**
+ * For a read that routes under different scopes share (a resource and its activity listing, say): the caller
+ * holds at least one of them. The 403 names them all.
+ */
+export function requireAnyScope(ctx: Ctx, scopes: readonly [Scope, ...Scope[]]): void {
+  if (!scopes.some((s) => hasScope(ctx, s))) throw errors.missingScope(scopes.join('" or "'));
+}
+
 /** Organization admins hold `org:admin` (role admin, or a key granted it). */
 export const isOrgAdmin = (ctx: Ctx): boolean => hasScope(ctx, 'org:admin');
 

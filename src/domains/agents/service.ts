@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { AgentsTable } from '../../database.js';
-import { exec, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
+import { exec, orgId, requireAnyScope, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, uuid } from '../../platform/ids.js';
@@ -31,7 +31,14 @@ function toAgent(row: Row): Agent {
   };
 }
 
+/** The agent a run starts (agent:run) or an activity listing names (activity:read). */
 export async function findAgentRow(ctx: Ctx, slug: string): Promise<Row> {
+  requireAnyScope(ctx, ['agent:run', 'activity:read']);
+  return agentRow(ctx, slug);
+}
+
+/** findAgentRow without its scope check, for the verbs here (each checked its own scope first). */
+async function agentRow(ctx: Ctx, slug: string): Promise<Row> {
   const row = await exec(ctx).selectFrom('agents').selectAll().where('org_id', '=', orgId(ctx)).where('slug', '=', slug).executeTakeFirst();
   if (!row) throw errors.notFound('agent', slug);
   return row;
@@ -114,12 +121,12 @@ export async function listAgents(ctx: Ctx): Promise<Agent[]> {
 
 export async function getAgent(ctx: Ctx, slug: string): Promise<Agent> {
   requireScope(ctx, 'agent:read');
-  return toAgent(await findAgentRow(ctx, slug));
+  return toAgent(await agentRow(ctx, slug));
 }
 
 export async function updateAgent(ctx: Ctx, slug: string, body: PatchAgentBody): Promise<Agent> {
   requireScope(ctx, 'agent:write');
-  const row = await findAgentRow(ctx, slug);
+  const row = await agentRow(ctx, slug);
   const current = toAgent(row);
   const next: Agent = {
     ...current,
@@ -155,7 +162,7 @@ export async function updateAgent(ctx: Ctx, slug: string, body: PatchAgentBody):
 
 export async function deleteAgent(ctx: Ctx, slug: string): Promise<void> {
   requireScope(ctx, 'agent:write');
-  const row = await findAgentRow(ctx, slug);
+  const row = await agentRow(ctx, slug);
   await withTx(ctx, async (tx) => {
     await exec(tx).deleteFrom('agents').where('id', '=', row.id).execute();
     await agentActivity(tx, row, 'agent.deleted', `Agent ${row.slug} deleted`);

@@ -1,4 +1,14 @@
-export { createAuthenticator, createUser, createApiKey, listApiKeys, revokeApiKey, userForEmail, INVITED_ISSUER } from './service.js';
+export {
+  createAuthenticator,
+  type AuthenticatorLookups,
+  type MembershipLookup,
+  createUser,
+  createApiKey,
+  listApiKeys,
+  revokeApiKey,
+  userForEmail,
+  INVITED_ISSUER,
+} from './service.js';
 export { issueSessionToken, BUILTIN_ISSUER } from './tokens.js';
 export { identityRoutes } from './routes.js';
 export { getUserProfile, userProfiles, lockUser, revokeMemberKeys, hasUsers, userExists, type UserProfile } from './users.js';

@@ -110,24 +110,36 @@ function scopesFor(role: Role, keyScopes?: readonly string[]): Set<Scope> {
   return new Set([...expandScopes(keyScopes)].filter((s) => granted.has(s)));
 }
 
+/**
+ * A user's membership: in `orgId` when given, else their oldest (ties broken by organization id); null when
+ * there is none. The organizations domain owns memberships and answers this; identity cannot import it (it
+ * depends on identity), so app.ts hands it to the authenticator.
+ */
+export type MembershipLookup = (userId: string, orgId?: string) => Promise<{ orgId: string; role: Role } | null>;
+
+/** What the authenticator reads from tables other domains own. */
+export interface AuthenticatorLookups {
+  membership: MembershipLookup;
+}
+
 /** Builds the request authenticator: API keys by hash, session JWTs by issuer. */
-export function createAuthenticator(deps: Deps): Authenticate {
+export function createAuthenticator(deps: Deps, lookups: AuthenticatorLookups): Authenticate {
   const verify = createTokenVerifier(deps.config);
   const db = deps.db.kysely;
 
   async function byApiKey(secret: string, wantedOrg: string | undefined): Promise<Principal> {
     if (!KEY_PATTERN.test(secret)) throw errors.unauthenticated('API key is malformed');
     const row = await db
-      .selectFrom('api_keys as k')
-      .leftJoin('memberships as m', (j) => j.onRef('m.org_id', '=', 'k.org_id').onRef('m.user_id', '=', 'k.user_id'))
-      .select(['k.id', 'k.org_id', 'k.user_id', 'k.scopes', 'k.revoked_at', 'k.expires_at', 'k.last_used_at', 'm.role'])
-      .where('k.hash', '=', sha256Hex(secret))
+      .selectFrom('api_keys')
+      .select(['id', 'org_id', 'user_id', 'scopes', 'revoked_at', 'expires_at', 'last_used_at'])
+      .where('hash', '=', sha256Hex(secret))
       .executeTakeFirst();
     const now = new Date();
     if (!row || row.revoked_at || (row.expires_at && new Date(row.expires_at) <= now)) {
       throw errors.unauthenticated('API key is invalid, expired or revoked');
     }
-    if (!row.role) throw errors.unauthenticated('the owner of this API key is no longer a member of its organization');
+    const role = (await lookups.membership(row.user_id, row.org_id))?.role;
+    if (!role) throw errors.unauthenticated('the owner of this API key is no longer a member of its organization');
     if (wantedOrg && wantedOrg !== row.org_id) throw errors.forbidden('this API key belongs to another organization');
     // Awaited (at most once a minute per key) so a listing right after a use already shows it.
     if (!row.last_used_at || now.getTime() - Date.parse(row.last_used_at) > LAST_USED_RESOLUTION_MS) {
@@ -142,8 +154,8 @@ export function createAuthenticator(deps: Deps): Authenticate {
       kind: 'api_key',
       userId: row.user_id,
       orgId: row.org_id,
-      role: row.role as Role,
-      scopes: scopesFor(row.role as Role, JSON.parse(row.scopes)),
+      role,
+      scopes: scopesFor(role, JSON.parse(row.scopes)),
       apiKeyId: row.id,
       expiresAt: row.expires_at,
     };
@@ -154,16 +166,14 @@ export function createAuthenticator(deps: Deps): Authenticate {
     if (!subject) throw errors.unauthenticated('session token is invalid or expired');
     const user = await userForSubject(deps, subject);
     if (!user) throw errors.unauthenticated('session token names an unknown user');
-    let q = db.selectFrom('memberships').select(['org_id', 'role']).where('user_id', '=', user.id);
-    if (wantedOrg) q = q.where('org_id', '=', wantedOrg);
-    const membership = await q.orderBy('created_at').orderBy('org_id').limit(1).executeTakeFirst();
+    const membership = await lookups.membership(user.id, wantedOrg);
     if (wantedOrg && !membership) throw errors.notFound('organization', wantedOrg);
     const expiresAt = subject.expiresAt ? new Date(subject.expiresAt).toISOString() : null;
     if (!membership) {
       return { kind: 'session', userId: user.id, orgId: null, role: null, scopes: new Set<Scope>(['org:create']), apiKeyId: null, expiresAt };
     }
-    const role = membership.role as Role;
-    return { kind: 'session', userId: user.id, orgId: membership.org_id, role, scopes: scopesFor(role), apiKeyId: null, expiresAt };
+    const { role } = membership;
+    return { kind: 'session', userId: user.id, orgId: membership.orgId, role, scopes: scopesFor(role), apiKeyId: null, expiresAt };
   }
 
   /**

@@ -155,6 +155,17 @@ export async function removeMember(ctx: Ctx, id: string, userId: string): Promis
 }
 
 /**
+ * A user's membership for the authenticator (app.ts passes this to identity's `createAuthenticator`): in `org`
+ * when given, else the user's oldest (ties broken by organization id); null when there is none.
+ */
+export async function membershipOf(deps: Deps, userId: string, org?: string): Promise<{ orgId: string; role: Role } | null> {
+  let q = deps.db.kysely.selectFrom('memberships').select(['org_id', 'role']).where('user_id', '=', userId);
+  if (org) q = q.where('org_id', '=', org);
+  const m = await q.orderBy('created_at').orderBy('org_id').limit(1).executeTakeFirst();
+  return m ? { orgId: m.org_id, role: m.role as Role } : null;
+}
+
+/**
  * The oldest membership matching the filter, for the CLI acting as a member (`keys create`): of the given
  * organization and/or user, or else the first admin's. Undefined when none matches.
  */

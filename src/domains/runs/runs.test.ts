@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
-import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { securitySuite } from '../../../test/security.js';
 import { acquireRunLock, activeRun, releaseRunLock } from '../threads/index.js';
 import { expectError, readSse, until } from '../../../test/helpers.js';
@@ -432,6 +432,24 @@ describe('runs on a configured provider', () => {
       expect(events.at(-1)).toMatchObject({ type: 'run_completed', payload: { status: 'max_turns', iterations: 2 } });
       const activity = (await c.activity(admin, 'coder')).filter((e) => e.agentRunId === r.runId);
       expect(activity.map((e) => e.eventType).sort()).toEqual(['agent.run.failed', 'agent.run.started']);
+    });
+
+    it('a key with only agent:run runs it: the run makes and uses the thread’s sandbox as the thread’s owner', async () => {
+      const runner: Actor = { ...admin, headers: { 'x-api-key': await keyFor(h, admin, ['agent:run']) } };
+      fake.script(
+        { toolCalls: [{ id: 'call_scoped', name: 'exec_command', arguments: JSON.stringify({ cmd: 'echo scoped-run' }) }] },
+        { text: 'Done.' },
+      );
+      const r = await c.ran(runner, { agent: 'coder', prompt: 'Echo something' });
+      expect(r).toMatchObject({ status: 'completed', iterations: 2, result: 'Done.' });
+      expect(r.sandboxId).toMatch(/^sbx_/);
+      expect(r.sandboxId).not.toBe(first.sandboxId); // a new thread, so a new sandbox
+      const results = (await c.runEvents(admin, r.threadId, r.runId)).filter((e) => e.type === 'tool_result');
+      expect(results.map((e) => [e.payload.isError, e.payload.output])).toEqual([[false, expect.stringContaining('scoped-run')]]);
+      // The key itself still holds no sandbox scope: the sandbox is the admin's to see (the control), not the key's.
+      expect((await c.call(admin, 'GET', `/v1/sandboxes/${r.sandboxId}`)).statusCode).toBe(200);
+      expectError(await c.call(runner, 'GET', `/v1/sandboxes/${r.sandboxId}`), 403, 'forbidden');
+      expect((await c.call(admin, 'DELETE', `/v1/sandboxes/${r.sandboxId}`)).statusCode).toBe(204);
     });
   });
 

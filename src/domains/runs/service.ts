@@ -1,13 +1,13 @@
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
-import { exec, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, orgId, requireAnyScope, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, uuid } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
 import { providerError, resolveModel } from '../models/index.js';
-import { createSandbox, getSandbox, resumeSandbox } from '../sandboxes/index.js';
+import { createSandbox, getSandbox, resumeSandbox, threadSandboxCtx } from '../sandboxes/index.js';
 import {
   acquireRunLock,
   activeRun,
@@ -70,13 +70,16 @@ function toResult(row: RunRow): RunResult {
   };
 }
 
+/** A run of the caller's: GET /v1/runs/{id} (agent:read); cancel (agent:run) answers with it too. */
 export async function getRun(ctx: Ctx, runId: string): Promise<RunResult> {
+  requireAnyScope(ctx, ['agent:read', 'agent:run']);
   const row = await exec(ctx).selectFrom('agent_runs').selectAll().where('id', '=', runId).where('org_id', '=', orgId(ctx)).executeTakeFirst();
   if (!row || row.created_by_user_id !== ctx.principal.userId) throw errors.notFound('run', runId);
   return toResult(row);
 }
 
 export async function cancelRun(ctx: Ctx, runId: string): Promise<RunResult> {
+  requireScope(ctx, 'agent:run');
   const run = await getRun(ctx, runId);
   if (run.status !== 'running') throw errors.invalidState(`run ${runId} is ${run.status}`, run.status);
   const { active } = ctx.deps.state.get(RUN_STATE);
@@ -142,7 +145,10 @@ async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promi
  * device mesh (status `registered`). Every frame goes into the thread through the same paths as any writer
  * (durable ones through appendDurable, live ones on the bus) and, for a streaming caller, to `emit`.
  */
-export async function startRun(ctx: Ctx, body: RunBody, opts: { emit?: (frame: RunFrame) => void; signal: AbortSignal }): Promise<RunResult> {
+export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame: RunFrame) => void; signal: AbortSignal }): Promise<RunResult> {
+  requireScope(caller, 'agent:run');
+  // The run acts on its thread's sandbox (created, resumed, used by its tools) as the thread's owner.
+  const ctx = threadSandboxCtx(caller);
   const { deps } = ctx;
   const agent = await findAgentRow(ctx, body.agent);
   const text = userText(body);

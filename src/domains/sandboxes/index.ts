@@ -1,4 +1,4 @@
 export { registerSandboxActivity, sandboxRoutes } from './routes.js';
 export { startSandboxJobs } from './jobs.js';
-export { createSandbox, getSandbox, resumeSandbox, agentOf, sandboxUsingTemplate } from './service.js';
+export { createSandbox, getSandbox, resumeSandbox, agentOf, sandboxUsingTemplate, threadSandboxCtx } from './service.js';
 export { normalizeSandboxPath } from './paths.js';

@@ -1,15 +1,16 @@
 import type { Selectable } from 'kysely';
 import type { SandboxesTable, SandboxState } from '../../database.js';
-import { exec, isOrgAdmin, orgId, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireAnyScope, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { KeyedQueue } from '../../platform/keyed-queue.js';
 import { stateKey } from '../../platform/state.js';
+import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
-import { resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
+import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
 
 type Row = Selectable<SandboxesTable>;
@@ -114,8 +115,28 @@ async function findOwned(ctx: Ctx, id: string, action: string): Promise<Row> {
   return row;
 }
 
+/** A sandbox as its owner or an admin sees it (GET /v1/sandboxes/{id}, sandbox:read; its activity, activity:read). */
 export async function getSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
+  requireAnyScope(ctx, ['sandbox:read', 'activity:read']);
+  return view(ctx, id);
+}
+
+/** getSandbox without its scope check, for the verbs here that answer with the sandbox they changed. */
+async function view(ctx: Ctx, id: string): Promise<Sandbox> {
   return present(ctx, (await findVisible(ctx, id)).row);
+}
+
+/**
+ * A run acts on its thread's sandbox as the thread's owner. Runs reach that sandbox (create, get, resume, its
+ * agent) through the context this returns: the caller's, which must hold `agent:run`, plus the sandbox scopes the
+ * caller's role grants. A key limited to `agent:run` can so run an `in_sandbox` agent without holding sandbox
+ * scopes itself; ownership is checked as for any caller (only the sandbox's creator reaches inside it).
+ */
+export function threadSandboxCtx(ctx: Ctx): Ctx {
+  requireScope(ctx, 'agent:run');
+  const role = ctx.principal.role;
+  const added = (['sandbox:read', 'sandbox:write'] as const).filter((s) => role && ROLE_SCOPES[role].has(s));
+  return { ...ctx, principal: { ...ctx.principal, scopes: new Set([...ctx.principal.scopes, ...added]) } };
 }
 
 export async function canSeeSandbox(ctx: Ctx, id: string): Promise<boolean> {
@@ -307,6 +328,7 @@ function limitError(max: number): AppError {
 }
 
 export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<Sandbox> {
+  requireScope(ctx, 'sandbox:write');
   const { deps } = ctx;
   const cfg = deps.config.sandboxes;
   const org = orgId(ctx);
@@ -357,7 +379,11 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
         destroyed_at: null,
       };
       try {
-        await exec(ctx).insertInto('sandboxes').values(values).execute();
+        // The template cannot be deleted between the check above and this insert (see lockTemplateForUse).
+        await withTx(ctx, async (tx) => {
+          await lockTemplateForUse(tx, template);
+          await exec(tx).insertInto('sandboxes').values(values).execute();
+        });
         return values;
       } catch (err) {
         if (!isUniqueViolation(err)) throw err;
@@ -384,7 +410,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
       await openInterval(tx, row);
       await activity(tx, row, 'sandbox.created', `Sandbox ${row.name} created`, { metadata: { cpu, memoryMb, diskMb, network: body.network } });
     });
-    return getSandbox(ctx, id);
+    return view(ctx, id);
   });
 }
 
@@ -427,11 +453,12 @@ export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'id
         metadata: { trigger: reason },
       });
     });
-    return getSandbox(ctx, id);
+    return view(ctx, id);
   });
 }
 
 export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
+  requireScope(ctx, 'sandbox:write');
   const first = await findOwned(ctx, id, 'resume it');
   local(ctx, first);
   const cfg = ctx.deps.config.sandboxes;
@@ -463,7 +490,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
       await openInterval(tx, row);
       await activity(tx, row, 'sandbox.resumed', `Sandbox ${row.name} resumed`, { metadata: { from: row.state } });
     });
-    return getSandbox(ctx, id);
+    return view(ctx, id);
   });
 }
 
@@ -487,9 +514,11 @@ export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
 
 /**
  * The agent of a running, local sandbox, for its owner only (files, processes, output, commands: everything
- * inside); records the use for the idle timeout.
+ * inside); records the use for the idle timeout. Reading routes (sandbox:read) and changing ones (sandbox:write,
+ * which check their own scope first) share it.
  */
 export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClient; row: Row }> {
+  requireAnyScope(ctx, ['sandbox:read', 'sandbox:write']);
   const row = await findOwned(ctx, id, 'reach its files, processes and commands');
   if (row.state !== 'running') throw stateError(row, 'use');
   local(ctx, row);

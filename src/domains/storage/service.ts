@@ -4,7 +4,7 @@ import type { Readable } from 'node:stream';
 import type { WorkspaceFilesTable, WorkspacesTable } from '../../database.js';
 import { BlobTooLargeError, type BlobSource } from '../../platform/blobs/index.js';
 import { refuseDeclaredLength } from '../../platform/http/byte-limit.js';
-import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireAnyScope, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
@@ -107,8 +107,17 @@ export async function listWorkspaces(ctx: Ctx): Promise<Workspace[]> {
   return rows.map(toWorkspace);
 }
 
-/** A workspace the caller can access, or 404: another organization's or member's workspace is not found. */
+/**
+ * A workspace the caller can access, or 404: another organization's or member's workspace is not found.
+ * GET /v1/workspaces/{id} (storage:read) and its activity (activity:read) share it.
+ */
 export async function getWorkspace(ctx: Ctx, id: string): Promise<Workspace> {
+  requireAnyScope(ctx, ['storage:read', 'activity:read']);
+  return findWorkspace(ctx, id);
+}
+
+/** getWorkspace without its scope check, for the verbs here (each checked its own scope first). */
+async function findWorkspace(ctx: Ctx, id: string): Promise<Workspace> {
   const row = await accessibleWorkspaces(ctx).where('id', '=', id).executeTakeFirst();
   if (!row) throw errors.notFound('workspace', id);
   return toWorkspace(row);
@@ -168,7 +177,7 @@ async function insertFolder(ctx: Ctx, row: ReturnType<typeof folderRow>): Promis
 /** Lists a folder (the root by default): folders first, then files, by name. */
 export async function listFolder(ctx: Ctx, workspaceId: string, rawPath = ''): Promise<WorkspaceFileEntry[]> {
   requireScope(ctx, 'storage:read');
-  await getWorkspace(ctx, workspaceId);
+  await findWorkspace(ctx, workspaceId);
   const path = normalizePath(rawPath);
   if (path !== '') {
     const folder = await findEntry(ctx, workspaceId, path);
@@ -293,7 +302,7 @@ export async function writeFile(
 ): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
   requireScope(ctx, 'storage:write');
   const org = orgId(ctx);
-  await getWorkspace(ctx, workspaceId);
+  await findWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const { uploadLimitBytes, storageQuotaBytes } = ctx.deps.config;
   refuseDeclaredLength(opts.contentLength, uploadLimitBytes, `file is larger than the upload limit of ${uploadLimitBytes} bytes`);
@@ -372,7 +381,7 @@ export async function writeFile(
 
 export async function makeFolder(ctx: Ctx, workspaceId: string, rawPath: string): Promise<{ entry: WorkspaceFileEntry; created: boolean }> {
   requireScope(ctx, 'storage:write');
-  await getWorkspace(ctx, workspaceId);
+  await findWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   try {
     return await withTx(ctx, async (tx) => {
@@ -422,7 +431,7 @@ function subtree(ctx: Ctx, workspaceId: string, path: string) {
 
 export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody): Promise<WorkspaceFileEntry> {
   requireScope(ctx, 'storage:write');
-  await getWorkspace(ctx, workspaceId);
+  await findWorkspace(ctx, workspaceId);
   const from = normalizeEntryPath(input.from, 'from');
   const to = normalizeEntryPath(input.to, 'to');
   if (from === to) throw errors.invalidField('to', 'is the same as from');
@@ -467,7 +476,7 @@ export async function moveEntry(ctx: Ctx, workspaceId: string, input: MoveBody):
 
 export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string, recursive: boolean) {
   requireScope(ctx, 'storage:write');
-  await getWorkspace(ctx, workspaceId);
+  await findWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const { rows, bytes } = await withTx(ctx, async (tx) => {
     const entry = await findEntry(tx, workspaceId, path, { lock: true });
@@ -507,7 +516,7 @@ export async function deleteEntry(ctx: Ctx, workspaceId: string, rawPath: string
 /** A file's metadata and a way to read its bytes (whole or a range). */
 export async function openFile(ctx: Ctx, workspaceId: string, rawPath: string) {
   requireScope(ctx, 'storage:read');
-  await getWorkspace(ctx, workspaceId);
+  await findWorkspace(ctx, workspaceId);
   const path = normalizeEntryPath(rawPath);
   const row = await findEntry(ctx, workspaceId, path);
   if (!row) throw errors.notFound('file', path);

@@ -78,6 +78,24 @@ export async function resolveTemplate(ctx: Ctx, slug: string, id?: string): Prom
   return { id: row.id, slug: row.slug, status: row.status, ...c, startCmd: startCmdOf(row) };
 }
 
+/**
+ * In the caller's transaction, where a sandbox is being made from the template (the sandbox row inserted in the
+ * same transaction): the template still exists and is ready, and stays so until the transaction ends. On
+ * PostgreSQL its row is taken FOR SHARE, which deleteTemplate's FOR UPDATE waits for; the delete then sees the
+ * new sandbox and answers 409, or, when the delete went first, this finds no template (404). SQLite runs
+ * transactions one at a time.
+ */
+export async function lockTemplateForUse(ctx: Ctx, template: { id: string; slug: string }): Promise<void> {
+  if (!ctx.trx) throw new Error('lockTemplateForUse: call it inside withTx, with the write that uses the template');
+  let q = exec(ctx).selectFrom('templates').select('status').where('id', '=', template.id).where('owner', 'in', visible(ctx));
+  if (ctx.deps.db.dialect === 'postgres') q = q.forShare();
+  const row = await q.executeTakeFirst();
+  if (!row) throw errors.notFound('template', template.slug);
+  if (row.status !== 'ready') {
+    throw errors.invalidState(`template "${template.slug}" is ${row.status}; a sandbox can use it once it is ready`, row.status);
+  }
+}
+
 function toTemplate(deps: Deps, row: Row, parentSlug: string | null): Template {
   const plan = JSON.parse(row.plan) as BuildPlan;
   const base = deps.sandboxes.base;

@@ -5,7 +5,6 @@ import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform
 import { errors } from '../../platform/http/errors.js';
 import type { App } from '../../platform/http/server.js';
 import { ActivityPage, ActivityQuery, listActivity, type ActivityRegistry } from '../activity/index.js';
-import { createAuthenticator } from '../identity/index.js';
 import { ThreadHub } from './hub.js';
 import {
   CompactBody,
@@ -47,7 +46,6 @@ const FRAME_LIMIT_BYTES = 64 * 1024;
 
 export async function threadRoutes(app: App, deps: Deps) {
   const hub = new ThreadHub(deps);
-  const authenticate = createAuthenticator(deps);
   // preClose, before the WebSocket plugin's own (which closes every socket without a code): subscribers get 1001 and a reason.
   app.addHook('preClose', () => hub.close());
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
@@ -171,7 +169,7 @@ export async function threadRoutes(app: App, deps: Deps) {
       return { data: { thread: r.thread, events: r.events }, hasMore: r.hasMore, nextCursor: r.nextCursor };
     },
     wsHandler: (socket, req) => {
-      serveSocket(deps, hub, authenticate, socket, req).catch((err) => {
+      serveSocket(deps, hub, app.authenticate, socket, req).catch((err) => {
         deps.log.warn({ err }, 'thread socket failed');
         socket.close(1011, 'internal error');
       });

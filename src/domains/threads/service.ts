@@ -5,7 +5,7 @@
  */
 import type { Selectable } from 'kysely';
 import type { Database, ThreadRolloutsTable, ThreadsTable } from '../../database.js';
-import { exec, isOrgAdmin, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, isOrgAdmin, orgId, requireAnyScope, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import { decodeCursor, encodeCursor } from '../../platform/http/pagination.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
@@ -107,7 +107,9 @@ export async function createThread(
   return toThread(row);
 }
 
+/** A thread as its owner or an admin sees it: GET /v1/threads/{id} (agent:read) and its activity (activity:read). */
 export async function getThread(ctx: Ctx, id: string): Promise<{ thread: Thread; view: View; row: Row }> {
+  requireAnyScope(ctx, ['agent:read', 'activity:read']);
   const { row, view } = await findThread(ctx, id);
   return { thread: toThread(row), view, row };
 }

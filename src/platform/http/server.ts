@@ -42,6 +42,10 @@ declare module 'fastify' {
   interface FastifyRequest {
     ctx: Ctx;
   }
+  interface FastifyInstance {
+    /** The app's authenticator, for transports that authenticate themselves (the threads WebSocket). */
+    authenticate: Authenticate;
+  }
 }
 
 export type App = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, Logger, ZodTypeProvider>;
@@ -153,6 +157,7 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     }
   });
 
+  app.decorate('authenticate', authenticate);
   app.decorateRequest('ctx', null as unknown as Ctx);
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
