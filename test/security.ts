@@ -16,7 +16,8 @@ export interface RouteCase {
 
 /**
  * The shared security checks every route runs: no credential -> 401, malformed or revoked key -> 401,
- * missing scope -> 403, another organization's resource -> 404. Each answer uses the error envelope.
+ * missing scope -> 403, another organization's resource -> 404 (with the owner's same request as the control).
+ * Each answer uses the error envelope.
  */
 export function securitySuite(name: string, cases: RouteCase[]) {
   describe(`security: ${name}`, () => {
@@ -85,7 +86,7 @@ export function securitySuite(name: string, cases: RouteCase[]) {
       }
 
       if (c.crossOrg) {
-        it(`${label}: another organization's resource is 404`, async () => {
+        it(`${label}: another organization's resource is 404, and the owner's same request is not`, async () => {
           const url = await c.url(owner, h);
           const body = c.body === undefined ? undefined : typeof c.body === 'string' ? c.body : JSON.stringify(c.body);
           const res = await h.app.inject({
@@ -96,6 +97,15 @@ export function securitySuite(name: string, cases: RouteCase[]) {
           });
           expect(res.statusCode).toBe(404);
           expect(json(res).error.code).toBe('not_found');
+          // The control: the same request by the resource's owner finds it (after the stranger's attempt, which
+          // therefore changed nothing), so the 404 above is the organization boundary, not a missing resource.
+          const control = await h.app.inject({
+            method: c.method,
+            url,
+            headers: { ...owner.headers, ...(body !== undefined ? { 'content-type': c.contentType ?? 'application/json' } : {}) },
+            payload: body,
+          });
+          expect(control.statusCode, `the owner's control request: ${control.body.slice(0, 300)}`).not.toBe(404);
         });
       }
     }

@@ -1,4 +1,17 @@
+import type { Actor, Harness } from '../../../test/harness.js';
 import { securitySuite } from '../../../test/security.js';
+
+/** The URL of `docs/a.txt` in the owner's personal workspace, written first so the owner's control finds it. */
+async function withFile(o: Actor, h: Harness, url: string): Promise<string> {
+  const res = await h.app.inject({
+    method: 'PUT',
+    url: `/v1/workspaces/${o.personalWorkspaceId}/files/docs/a.txt`,
+    headers: { ...o.headers, 'content-type': 'text/plain' },
+    payload: 'hello',
+  });
+  if (res.statusCode >= 300) throw new Error(`writing docs/a.txt: ${res.statusCode} ${res.body}`);
+  return url;
+}
 
 const boundary = 'securitysuite';
 const form = [
@@ -12,8 +25,8 @@ securitySuite('workspace files', [
   { method: 'GET', url: (o) => `/v1/workspaces/${o.personalWorkspaceId}`, scope: 'storage:read', crossOrg: true },
   { method: 'GET', url: () => '/v1/storage/usage', scope: 'storage:read' },
   { method: 'GET', url: (o) => `/v1/workspaces/${o.personalWorkspaceId}/files`, scope: 'storage:read', crossOrg: true },
-  { method: 'GET', url: (o) => `/v1/workspaces/${o.personalWorkspaceId}/files?path=docs`, scope: 'storage:read', crossOrg: true },
-  { method: 'GET', url: (o) => `/v1/workspaces/${o.personalWorkspaceId}/files/docs/a.txt`, scope: 'storage:read', crossOrg: true },
+  { method: 'GET', url: (o, h) => withFile(o, h, `/v1/workspaces/${o.personalWorkspaceId}/files?path=docs`), scope: 'storage:read', crossOrg: true },
+  { method: 'GET', url: (o, h) => withFile(o, h, `/v1/workspaces/${o.personalWorkspaceId}/files/docs/a.txt`), scope: 'storage:read', crossOrg: true },
   {
     method: 'PUT',
     url: (o) => `/v1/workspaces/${o.personalWorkspaceId}/files/docs/a.txt`,
