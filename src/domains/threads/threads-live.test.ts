@@ -199,11 +199,14 @@ describe('thread WebSocket', () => {
         resumed.push({ client: await server.connect(t.id, { api_key: owner.key, last_sequence: last }), from: last });
       }
       await writer;
-      for (const { client } of resumed)
-        await until('the last frame', () => client.lastSequence() === 200, {
+      // A client that resumed exactly at the head after the writer had finished has nothing to receive: its
+      // snapshot's lastSequence is where it stands.
+      const seen = (client: Client, from: number) => client.lastSequence() || (client.snapshot.lastSequence === from ? from : 0);
+      for (const { client, from } of resumed)
+        await until(`the last frame (resumed from ${from})`, () => seen(client, from) === 200, {
           timeoutMs: 20_000,
           intervalMs: POLL,
-          detail: () => client.lastSequence(),
+          detail: () => seen(client, from),
         });
 
       const stored = json(await h.app.inject({ method: 'GET', url: `/v1/threads/${t.id}/events?limit=500`, headers: owner.headers })).data.events;
