@@ -68,20 +68,7 @@ export async function appendDurable(
       }));
       const text = events.map((e) => `${JSON.stringify(e)}\n`).join('');
       await deps.blobs.append(key, text);
-      await trx
-        .insertInto('thread_events')
-        .values(
-          events.map((e) => ({
-            thread_id: e.threadId,
-            sequence: e.sequence,
-            rollout_id: e.rolloutId,
-            run_id: e.runId,
-            type: e.type,
-            payload: JSON.stringify(e.payload),
-            created_at: e.createdAt,
-          })),
-        )
-        .execute();
+      await trx.insertInto('thread_events').values(events.map(eventRow)).execute();
       await trx
         .updateTable('threads')
         .set({ last_sequence: seq, jsonl_bytes: row.jsonl_bytes + Buffer.byteLength(text), ...(opts.touch === false ? {} : { updated_at: now }) })
@@ -134,19 +121,24 @@ function parseLine(line: string): ThreadEvent | null {
   }
 }
 
+/** The projection's row of a durable event (the JSONL line is the truth; this is what `thread_events` holds). */
+function eventRow(e: ThreadEvent) {
+  return {
+    thread_id: e.threadId,
+    sequence: e.sequence,
+    rollout_id: e.rolloutId,
+    run_id: e.runId,
+    type: e.type,
+    payload: JSON.stringify(e.payload),
+    created_at: e.createdAt,
+  };
+}
+
 /** Inserts one event into the projection; a compaction's rollout is recreated from its frame if missing. */
 async function projectEvent(trx: Trx, e: ThreadEvent): Promise<void> {
   await trx
     .insertInto('thread_events')
-    .values({
-      thread_id: e.threadId,
-      sequence: e.sequence,
-      rollout_id: e.rolloutId,
-      run_id: e.runId,
-      type: e.type,
-      payload: JSON.stringify(e.payload),
-      created_at: e.createdAt,
-    })
+    .values(eventRow(e))
     .onConflict((oc) => oc.columns(['thread_id', 'sequence']).doNothing())
     .execute();
   if (e.type === 'compaction_completed') {
