@@ -60,6 +60,7 @@ const EnvSchema = z.object({
   HANGAR_EXECUTE_FILE_SIZE_BYTES: intFrom(1, 1024 ** 4).default(64 * MIB),
   HANGAR_EXECUTE_LANGUAGES: z.string().optional(),
   HANGAR_SANDBOX_DIR: z.string().min(1).default('/var/lib/hangar/sandboxes'),
+  HANGAR_SANDBOX_DRIVER: z.enum(['runc']).default('runc'),
   HANGAR_NODE_ID: z
     .string()
     .regex(/^[A-Za-z0-9._-]{1,64}$/, 'letters, digits, ".", "_" and "-", at most 64')
@@ -129,6 +130,8 @@ export type ModelsConfig = Readonly<{
 
 /** Persistent sandboxes and template builds (runc). */
 export type SandboxConfig = Readonly<{
+  /** Which SandboxRuntime runs containers (ADR 0025): only `runc` is built. */
+  driver: 'runc';
   /** Root of layers, sandbox upper layers and bundles; survives restarts. */
   dir: string;
   /** This host's name among replicas; a sandbox lives on the node that created it. */
@@ -411,6 +414,7 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       timeoutMs: e.HANGAR_MODEL_TIMEOUT_MS,
     }),
     sandboxes: Object.freeze({
+      driver: e.HANGAR_SANDBOX_DRIVER,
       dir: path.resolve(e.HANGAR_SANDBOX_DIR),
       nodeId:
         e.HANGAR_NODE_ID ??

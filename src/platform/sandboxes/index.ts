@@ -19,20 +19,32 @@ export {
 
 export const AGENT_BINARY = fileURLToPath(new URL('../../../native/build/hangar-agent', import.meta.url));
 
-/** The host's container runtime, or one that says why there is none (sandbox routes then answer 503 with the reason). */
-export async function createSandboxRuntime(config: SandboxConfig, installId: string, log: Logger): Promise<SandboxRuntime> {
-  try {
-    return await RuncRuntime.create({
+/** A driver: builds the runtime for this installation or throws with the reason it cannot run here. */
+type DriverFactory = (config: SandboxConfig, installId: string, log: Logger) => Promise<SandboxRuntime>;
+
+/**
+ * The sandbox drivers, by HANGAR_SANDBOX_DRIVER. A new driver (a Kubernetes one is designed in ADR 0025) is a
+ * file implementing SandboxRuntime and a line here; the sandbox and template domains only see the interface.
+ */
+const DRIVERS: Readonly<Record<SandboxConfig['driver'], DriverFactory>> = {
+  runc: (config, installId, log) =>
+    RuncRuntime.create({
       dir: config.dir,
       installId,
       agentBinary: AGENT_BINARY,
       subnetOctet: config.subnetOctet,
       networkAllow: config.networkAllow,
       log,
-    });
+    }),
+};
+
+/** The configured container runtime, or one that says why there is none (sandbox routes then answer 503 with the reason). */
+export async function createSandboxRuntime(config: SandboxConfig, installId: string, log: Logger): Promise<SandboxRuntime> {
+  try {
+    return await DRIVERS[config.driver](config, installId, log);
   } catch (err) {
     const reason = (err as Error).message;
-    log.warn({ reason }, 'persistent sandboxes are unavailable');
+    log.warn({ reason, driver: config.driver }, 'persistent sandboxes are unavailable');
     return unavailableSandboxRuntime(reason);
   }
 }
