@@ -3,6 +3,7 @@ import https from 'node:https';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Deps } from '../context.js';
 import { errors } from '../http/errors.js';
+import { stateKey } from '../state.js';
 import { HOP_HEADERS, signHop } from './signing.js';
 
 /** How long the other node has to accept the connection; what follows (a long command, an SSE stream) has no deadline. */
@@ -20,6 +21,14 @@ const HOP_BY_HOP = new Set([
   'host',
   ...Object.values(HOP_HEADERS),
 ]);
+
+/** Connections to the other nodes are kept alive between forwarded requests (idle ones do not hold the process). */
+const AGENTS = stateKey('node-agents', () => ({ http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) }));
+
+function agentFor(deps: Deps, protocol: string): http.Agent {
+  const agents = deps.state.get(AGENTS);
+  return protocol === 'https:' ? agents.https : agents.http;
+}
 
 function passable(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
@@ -53,9 +62,14 @@ export function forwardRequest(
     let answered = false;
     const unreachable = (why: string) =>
       errors.unavailable(`sandbox's node "${node.id}" (${node.url}) did not answer: ${why}; try again, or once it is back`);
-    const upstream = client.request(target, { method: req.method, headers, agent: false });
+    const upstream = client.request(target, { method: req.method, headers, agent: agentFor(deps, target.protocol) });
     const connectTimer = setTimeout(() => upstream.destroy(new Error(`no connection within ${CONNECT_TIMEOUT_MS} ms`)), CONNECT_TIMEOUT_MS);
-    upstream.once('socket', (socket) => socket.once('connect', () => clearTimeout(connectTimer)));
+    upstream.setNoDelay(true); // headers and body go as they come: no Nagle wait on a request written in pieces
+    upstream.once('socket', (socket) => {
+      if (!socket.connecting)
+        clearTimeout(connectTimer); // a kept-alive connection
+      else socket.once('connect', () => clearTimeout(connectTimer));
+    });
     upstream.on('error', (err) => {
       clearTimeout(connectTimer);
       if (!answered) reject(unreachable(err.message));
