@@ -6,6 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { expectActivity } from '../../../test/activity.js';
 import { addOrgMember, createOrgAdmin, testDatabaseUrl, testRedisUrl, type Actor, type Harness } from '../../../test/harness.js';
+import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { readSse, until } from '../../../test/helpers.js';
 import { describeNeeding, replicaNeed } from '../../../test/needs.js';
 import { buildApp, closeDeps, createDeps } from '../../app.js';
@@ -31,6 +32,7 @@ interface Node extends Harness {
 const schema = `t_${randomBytes(6).toString('hex')}`;
 const secret = randomBytes(32).toString('hex');
 const dirs: string[] = [];
+let fake: FakeOpenAI;
 
 function nodeEnv(id: string, octet: number, memoryMb: number): Record<string, string> {
   const dataDir = mkdtempSync(path.join(tmpdir(), `hangar-node-${id}-`));
@@ -51,6 +53,9 @@ function nodeEnv(id: string, octet: number, memoryMb: number): Record<string, st
     HANGAR_NODE_DEAD_AFTER_MS: '1500',
     HANGAR_TEMPLATE_PREBUILD: 'false',
     HANGAR_VALIDATE_RESPONSES: 'true',
+    HANGAR_OPENAI_BASE_URL: fake.url,
+    HANGAR_OPENAI_API_KEY: 'sk-platform',
+    HANGAR_OPENAI_MODELS: 'm1',
     LOG_LEVEL: 'silent',
     HOST: '127.0.0.1',
     PORT: '0',
@@ -128,6 +133,7 @@ describeNeeding(need, 'sandboxes across two replicas', () => {
   let member: Actor;
 
   beforeAll(async () => {
+    fake = await new FakeOpenAI().start();
     a = await startNode(nodeEnv('replica-a', 91, 2048));
     b = await startNode(nodeEnv('replica-b', 92, 8192));
     expect(a.deps.sandboxes.available, a.deps.sandboxes.unavailableReason ?? '').toBe(true);
@@ -155,6 +161,7 @@ describeNeeding(need, 'sandboxes across two replicas', () => {
     await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await client.end();
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
+    await fake?.stop();
   }, 120_000);
 
   it('refuses forged, misaddressed and replayed node-forwarding headers, even with the owner’s valid key', async () => {
@@ -283,6 +290,40 @@ describeNeeding(need, 'sandboxes across two replicas', () => {
     }
     for (const who of [stranger, member]) expect((await api(a, who, 'DELETE', `/v1/sandboxes/${box.id}`)).status).toBe(404);
     expect((await api(a, owner, 'DELETE', `/v1/sandboxes/${box.id}`)).status).toBe(204);
+  });
+
+  it('a run on a thread whose sandbox is on B, sent to A, runs on B: its tools see the files of the earlier run', async () => {
+    const agent = await api(a, owner, 'POST', '/v1/agents', {
+      slug: 'coder',
+      executionMode: 'in_sandbox',
+      model: 'm1',
+      instructions: 'You write code.',
+      tools: ['exec_command', 'apply_patch', 'write_stdin'],
+    });
+    expect(agent.status, agent.text).toBe(201);
+    fake.script(
+      { toolCalls: [{ id: 'c1', name: 'exec_command', arguments: JSON.stringify({ cmd: 'echo made-on-b > note.txt' }) }] },
+      { text: 'made' },
+    );
+    const first = await api(b, owner, 'POST', '/v1/run', { agent: 'coder', prompt: 'make a note' });
+    expect(first.status, first.text).toBe(200);
+    expect(first.json.data.status).toBe('completed');
+    const box = await api(a, owner, 'GET', `/v1/sandboxes/${first.json.data.sandboxId}`);
+    expect(box.json.data.nodeId).toBe(b.id); // the run on B made the thread's sandbox there
+
+    fake.script({ toolCalls: [{ id: 'c2', name: 'exec_command', arguments: JSON.stringify({ cmd: 'cat note.txt' }) }] }, { text: 'read' });
+    const second = await api(a, owner, 'POST', '/v1/run', { agent: 'coder', prompt: 'read the note', threadId: first.json.data.threadId });
+    expect(second.status, second.text).toBe(200);
+    expect(second.json.data).toMatchObject({ status: 'completed', result: 'read', sandboxId: first.json.data.sandboxId });
+    const events = await api(a, owner, 'GET', `/v1/threads/${first.json.data.threadId}/events?limit=500`);
+    const results = (events.json.data.events as Array<{ runId: string; type: string; payload: any }>).filter(
+      (e) => e.runId === second.json.data.runId && e.type === 'tool_result',
+    );
+    expect(results).toHaveLength(1);
+    expect(results[0]!.payload.output).toContain('made-on-b');
+    const row = await a.deps.db.kysely.selectFrom('agent_runs').select('node_id').where('id', '=', second.json.data.runId).executeTakeFirstOrThrow();
+    expect(row.node_id).toBe(b.id);
+    expect((await api(a, owner, 'DELETE', `/v1/sandboxes/${first.json.data.sandboxId}`)).status).toBe(204);
   });
 
   it('places a new sandbox on the live node with room: fewest running, then most free memory', async () => {

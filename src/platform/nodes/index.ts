@@ -11,3 +11,4 @@ export {
 } from './registry.js';
 export { HOP_HEADERS, HOP_WINDOW_MS, signHop, verifyHop } from './signing.js';
 export { forwardRequest } from './proxy.js';
+export { forwardingHooks, type NodeTarget } from './hooks.js';
