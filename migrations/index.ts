@@ -7,6 +7,7 @@ import * as agents from './20261122T0500_agents.js';
 import * as runs from './20261122T0600_runs.js';
 import * as sandboxDisk from './20261125T1420_sandbox_disk.js';
 import * as toolExecutions from './20261125T1510_tool_executions.js';
+import * as nodes from './20261125T1700_nodes.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -18,4 +19,5 @@ export const migrations: Record<string, Migration> = {
   '20261122T0600_runs': runs,
   '20261125T1420_sandbox_disk': sandboxDisk,
   '20261125T1510_tool_executions': toolExecutions,
+  '20261125T1700_nodes': nodes,
 };

@@ -10,7 +10,14 @@ import { modelRoutes } from './domains/models/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
 import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
-import { registerSandboxActivity, sandboxRoutes, sandboxUsingTemplate, startSandboxJobs } from './domains/sandboxes/index.js';
+import {
+  nodeLoad,
+  reconcileAfterRevival,
+  registerSandboxActivity,
+  sandboxRoutes,
+  sandboxUsingTemplate,
+  startSandboxJobs,
+} from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
@@ -23,6 +30,7 @@ import { ensureInstallId } from './platform/db/settings.js';
 import { createIsolation, unavailableIsolation } from './platform/isolation/index.js';
 import { createServer, type App } from './platform/http/server.js';
 import type { StartJobs, Stoppable } from './platform/jobs.js';
+import { nodeListening, startNodeHeartbeat } from './platform/nodes/index.js';
 import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
 import { RuntimeState } from './platform/state.js';
@@ -54,7 +62,14 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
  * once the routes are registered and stopped in reverse order when the app closes.
  */
 const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
-  orchestrator: [startTemplateJobs, startSandboxJobs, startThreadJobs, startRunJobs],
+  // The heartbeat first: this node is in the registry (placement, forwarding) before anything else of it runs.
+  orchestrator: [
+    startNodeHeartbeat({ load: nodeLoad, onRevived: reconcileAfterRevival }),
+    startTemplateJobs,
+    startSandboxJobs,
+    startThreadJobs,
+    startRunJobs,
+  ],
   auth: [],
   tools: [],
   billing: [],
@@ -126,6 +141,8 @@ export async function buildApp(deps: Deps): Promise<App> {
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }
+  // Once listening, the address becomes this node's internal URL unless HANGAR_NODE_URL names one (ADR 0024).
+  app.addHook('onListen', async () => nodeListening(deps, app.server.address()));
   const started: Stoppable[] = [];
   app.addHook('onClose', async () => {
     for (const job of started.reverse()) await job.stop().catch((err) => deps.log.error({ err }, 'a background job did not stop cleanly'));

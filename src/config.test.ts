@@ -116,6 +116,27 @@ describe('configuration', () => {
     }
   });
 
+  it('replicas: node URL, heartbeat, dead-after window and memory; a dead-after shorter than three heartbeats stops start-up', () => {
+    const d = dir();
+    const c = parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key });
+    expect(c.nodes).toMatchObject({ url: null, heartbeatMs: 5000, deadAfterMs: 60_000 });
+    expect(c.nodes.memoryMb).toBeGreaterThan(0);
+    const set = parseConfig({
+      HANGAR_DATA_DIR: d,
+      HANGAR_SECRET_KEY: key,
+      HANGAR_NODE_URL: 'http://10.0.0.7:8080/',
+      HANGAR_NODE_HEARTBEAT_MS: '1000',
+      HANGAR_NODE_DEAD_AFTER_MS: '3000',
+      HANGAR_NODE_MEMORY_MB: '16384',
+    });
+    expect(set.nodes).toEqual({ url: 'http://10.0.0.7:8080', heartbeatMs: 1000, deadAfterMs: 3000, memoryMb: 16384 });
+    expect(
+      errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_NODE_HEARTBEAT_MS: '1000', HANGAR_NODE_DEAD_AFTER_MS: '2999' }))
+        .setting,
+    ).toBe('HANGAR_NODE_DEAD_AFTER_MS');
+    expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_NODE_URL: 'not a url' })).setting).toBe('HANGAR_NODE_URL');
+  });
+
   it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {
     const d = dir();
     const a = loadConfig({ HANGAR_DATA_DIR: d });

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { isIPv4, isIPv6 } from 'node:net';
-import { availableParallelism, hostname } from 'node:os';
+import { availableParallelism, hostname, totalmem } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 
@@ -65,6 +65,10 @@ const EnvSchema = z.object({
     .string()
     .regex(/^[A-Za-z0-9._-]{1,64}$/, 'letters, digits, ".", "_" and "-", at most 64')
     .optional(),
+  HANGAR_NODE_URL: z.string().url().optional(),
+  HANGAR_NODE_HEARTBEAT_MS: intFrom(50, 600_000).default(5_000),
+  HANGAR_NODE_DEAD_AFTER_MS: intFrom(200, 86_400_000).default(60_000),
+  HANGAR_NODE_MEMORY_MB: intFrom(16, 1024 ** 3).optional(),
   HANGAR_SANDBOX_MAX_RUNNING: intFrom(0, 100_000).default(10),
   HANGAR_SANDBOX_DEFAULT_CPU: z.coerce.number().min(0.1).max(1024).multipleOf(0.01).default(1),
   HANGAR_SANDBOX_MAX_CPU: z.coerce.number().min(0.1).max(1024).multipleOf(0.01).default(2),
@@ -117,7 +121,19 @@ export type Config = Readonly<{
   logLevel: string;
   execute: ExecuteConfig;
   sandboxes: SandboxConfig;
+  nodes: NodesConfig;
   models: ModelsConfig;
+}>;
+
+/** Replicas that run sandboxes (ADR 0024): how this node is reached by the others, and when a silent one is dead. */
+export type NodesConfig = Readonly<{
+  /** The address other replicas forward this node's sandbox requests to; null: derived from the address it listens on. */
+  url: string | null;
+  heartbeatMs: number;
+  /** A node whose last heartbeat is older than this has its sandboxes marked `stopped` by the other replicas. */
+  deadAfterMs: number;
+  /** Memory this node offers sandboxes, in MiB (placement compares it with their memory limits). */
+  memoryMb: number;
 }>;
 
 /** Model providers for the platform tier, and the models file naming what is offered (see src/domains/models/catalogue.ts). */
@@ -331,6 +347,11 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
     throw new ConfigError('HANGAR_SANDBOX_MAX_DISK_MB', 'must be at least HANGAR_SANDBOX_DISK_MB');
   if (e.HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS > e.HANGAR_SANDBOX_MAX_IDLE_SECONDS && e.HANGAR_SANDBOX_MAX_IDLE_SECONDS !== 0)
     throw new ConfigError('HANGAR_SANDBOX_MAX_IDLE_SECONDS', 'must be at least HANGAR_SANDBOX_DEFAULT_IDLE_SECONDS');
+  if (e.HANGAR_NODE_DEAD_AFTER_MS < 3 * e.HANGAR_NODE_HEARTBEAT_MS)
+    throw new ConfigError(
+      'HANGAR_NODE_DEAD_AFTER_MS',
+      'must be at least three times HANGAR_NODE_HEARTBEAT_MS (one late heartbeat is not a dead node)',
+    );
   const subnetOctet = Number(/^10\.(\d{1,3})\./.exec(e.HANGAR_SANDBOX_SUBNET)![1]);
   if (subnetOctet > 255) throw new ConfigError('HANGAR_SANDBOX_SUBNET', 'must be a 10.N.0.0/16 subnet with N at most 255');
   const networkAllow = list(e.HANGAR_SANDBOX_NETWORK_ALLOW).map((cidr) => {
@@ -393,6 +414,12 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       maxProcesses: e.HANGAR_EXECUTE_MAX_PROCESSES,
       fileSizeBytes: e.HANGAR_EXECUTE_FILE_SIZE_BYTES,
       languages: languages?.length ? Object.freeze(languages) : null,
+    }),
+    nodes: Object.freeze({
+      url: e.HANGAR_NODE_URL?.replace(/\/+$/, '') ?? null,
+      heartbeatMs: e.HANGAR_NODE_HEARTBEAT_MS,
+      deadAfterMs: e.HANGAR_NODE_DEAD_AFTER_MS,
+      memoryMb: e.HANGAR_NODE_MEMORY_MB ?? Math.floor(totalmem() / MIB),
     }),
     models: Object.freeze({
       openai:

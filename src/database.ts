@@ -321,6 +321,19 @@ export interface ThreadSandboxesTable {
   sandbox_id: string;
 }
 
+/** The node registry (platform/nodes, ADR 0024): one row per Hangar node, written by its heartbeat. */
+export interface NodesTable {
+  id: string;
+  url: string | null;
+  sandboxes_available: number;
+  running_sandboxes: number;
+  memory_capacity_mb: number;
+  memory_committed_mb: number;
+  started_at: string;
+  heartbeat_at: string;
+  declared_dead_at: string | null;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -346,4 +359,5 @@ export interface Database {
   agent_runs: AgentRunsTable;
   thread_sandboxes: ThreadSandboxesTable;
   tool_executions: ToolExecutionsTable;
+  nodes: NodesTable;
 }

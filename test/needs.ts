@@ -67,3 +67,38 @@ export function isolationNeed(iso: { available: boolean; unavailableReason: stri
 export function toolchainNeed(language: string, toolchains: readonly unknown[] | undefined): Need {
   return { what: `the ${language} toolchain (installed by scripts/setup.sh)`, present: (toolchains?.length ?? 0) > 0 };
 }
+
+/**
+ * PostgreSQL and Redis, which replicas share (tests that run two Hangar nodes). Probed once: a query on the
+ * database and a PING on Redis, each given two seconds.
+ */
+export async function replicaNeed(pgUrl: string, redisUrl: string): Promise<Need> {
+  const what = `PostgreSQL (${pgUrl}) and Redis (${redisUrl}), which replicas share`;
+  const fix = 'start PostgreSQL and Redis on 127.0.0.1 (scripts/setup.sh), or point HANGAR_TEST_DATABASE_URL / HANGAR_TEST_REDIS_URL at them';
+  try {
+    const { default: pg } = await import('pg');
+    const client = new pg.Client({ connectionString: pgUrl, connectionTimeoutMillis: 2000 });
+    await client.connect();
+    await client.query('SELECT 1').finally(() => client.end());
+    const { createConnection } = await import('node:net');
+    const url = new URL(redisUrl);
+    await new Promise<void>((resolve, reject) => {
+      const socket = createConnection({ host: url.hostname, port: Number(url.port || 6379) });
+      const timer = setTimeout(() => socket.destroy(new Error('no answer within 2 s')), 2000);
+      socket.once('connect', () => socket.write('PING\r\n'));
+      socket.once('data', (d) => {
+        clearTimeout(timer);
+        socket.end();
+        if (d.toString().startsWith('+PONG')) resolve();
+        else reject(new Error(`Redis answered ${JSON.stringify(d.toString().slice(0, 40))}`));
+      });
+      socket.once('error', (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+    });
+    return { what, present: true, fix };
+  } catch (err) {
+    return { what, present: false, reason: (err as Error).message, fix };
+  }
+}

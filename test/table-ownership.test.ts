@@ -31,6 +31,7 @@ const OWNER: Record<string, string> = {
   tool_executions: 'runs',
   thread_sandboxes: 'runs',
   system_settings: 'platform',
+  nodes: 'platform',
 };
 
 const QUERY = /\b(?:selectFrom|insertInto|updateTable|deleteFrom|replaceInto|mergeInto|innerJoin|leftJoin|rightJoin|fullJoin)\(\s*['"`]([a-z_]+)/g;

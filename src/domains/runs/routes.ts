@@ -3,13 +3,23 @@ import { clientGone } from '../../platform/http/client-gone.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import { openEventStream } from '../../platform/http/sse.js';
 import type { App } from '../../platform/http/server.js';
+import { forwardRunRequests } from './forward.js';
 import { RunBody, RunParams, RunResult } from './schemas.js';
 import { cancelRun, getRun, startRun } from './service.js';
 
 const tags = ['agent runs'];
 const runErrors = { ...errorResponses, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody };
 
-export async function runRoutes(app: App, _deps: Deps) {
+/** The runs' routes, in a scope whose hooks send a run to the node of its thread's sandbox (forward.ts). */
+export async function runRoutes(app: App, deps: Deps) {
+  await app.register(async (scope) => {
+    const routes = scope as unknown as App; // a child of `app`: the same server, logger and type provider
+    forwardRunRequests(routes, deps);
+    await runRouteTable(routes);
+  });
+}
+
+async function runRouteTable(app: App) {
   app.post(
     '/v1/run',
     {

@@ -1,4 +1,5 @@
 export { registerSandboxActivity, sandboxRoutes } from './routes.js';
-export { startSandboxJobs } from './jobs.js';
+export { reconcileAfterRevival, startSandboxJobs } from './jobs.js';
+export { nodeLoad, remoteNodeOf as sandboxRemoteNode } from './nodes.js';
 export { createSandbox, getSandbox, resumeSandbox, agentOf, sandboxUsingTemplate, threadSandboxCtx } from './service.js';
 export { normalizeSandboxPath } from './paths.js';

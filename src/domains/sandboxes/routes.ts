@@ -8,6 +8,7 @@ import type { OutputEvent } from '../../platform/sandboxes/index.js';
 import type { App } from '../../platform/http/server.js';
 import { ActivityPage, ActivityQuery, type ActivityRegistry } from '../activity/index.js';
 import { sandboxActivity } from './activity.js';
+import { forwardSandboxRequests } from './forward.js';
 import {
   getProcess,
   listProcesses,
@@ -66,7 +67,16 @@ async function relayOutput(stream: EventStream, events: AsyncIterable<OutputEven
   stream.end();
 }
 
-export async function sandboxRoutes(app: App, _deps: Deps) {
+/** The sandboxes' routes, in a scope of their own whose hooks forward requests to the sandbox's node (forward.ts). */
+export async function sandboxRoutes(app: App, deps: Deps) {
+  await app.register(async (scope) => {
+    const routes = scope as unknown as App; // a child of `app`: the same server, logger and type provider
+    forwardSandboxRequests(routes, deps);
+    await sandboxRouteTable(routes);
+  });
+}
+
+async function sandboxRouteTable(app: App) {
   app.post(
     '/v1/sandboxes',
     {

@@ -8,12 +8,13 @@ import { nowIso, prefixedId } from '../../platform/ids.js';
 import { KeyedQueue } from '../../platform/keyed-queue.js';
 import { stateKey } from '../../platform/state.js';
 import { ROLE_SCOPES } from '../../platform/scopes.js';
+import { getNode } from '../../platform/nodes/index.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
 import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
 
-type Row = Selectable<SandboxesTable>;
+export type Row = Selectable<SandboxesTable>;
 
 /** Host uids of sandbox users: UID_BASE + n, unique among a node's live sandboxes (a unique index guards it). */
 const UID_BASE = 200_000;
@@ -199,7 +200,7 @@ function stateError(row: Pick<Row, 'id' | 'state'>, action: string): AppError {
 }
 
 /** Moves a sandbox from one of `from` to `to` only if it is still there (another replica may have moved it). */
-async function setState(ctx: Ctx, id: string, from: readonly SandboxState[], to: SandboxState, extra: Partial<Row> = {}): Promise<boolean> {
+export async function setState(ctx: Ctx, id: string, from: readonly SandboxState[], to: SandboxState, extra: Partial<Row> = {}): Promise<boolean> {
   const res = await exec(ctx)
     .updateTable('sandboxes')
     .set({ state: to, updated_at: nowIso(), ...extra })
@@ -225,7 +226,7 @@ async function openInterval(ctx: Ctx, row: Row): Promise<void> {
     .execute();
 }
 
-async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
+export async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
   const open = await exec(ctx)
     .selectFrom('sandbox_runtime')
     .select(['id', 'started_at'])
@@ -242,7 +243,7 @@ async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
   }
 }
 
-function activity(
+export function activity(
   ctx: Ctx,
   row: Row,
   eventType: string,
@@ -430,17 +431,23 @@ async function freeUid(ctx: Ctx): Promise<number> {
   throw errors.unavailable('no free sandbox user id on this node');
 }
 
-/** The node check: a sandbox's container lives on the host that created it. */
-function local(ctx: Ctx, row: Row): void {
-  if (row.node_id !== ctx.deps.config.sandboxes.nodeId) {
-    throw errors.unavailable(`sandbox ${row.id} lives on node "${row.node_id}"; send this request to that Hangar host`);
-  }
+/**
+ * The node check: a sandbox's container lives on the host that created it. Requests for a sandbox of another live
+ * node are forwarded there before they reach a verb (forward.ts); one that gets here has a node that is not answering.
+ */
+async function local(ctx: Ctx, row: Row): Promise<void> {
+  if (row.node_id === ctx.deps.config.sandboxes.nodeId) return;
+  const node = await getNode(ctx.deps, row.node_id);
+  const since = node ? `; last heard from at ${node.heartbeatAt}` : '';
+  throw errors.unavailable(
+    `sandbox ${row.id} lives on node "${row.node_id}", which is not answering${since}; once it is back, any replica forwards this request to it`,
+  );
 }
 
 export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'idle_timeout' = 'request'): Promise<Sandbox> {
   requireScope(ctx, 'sandbox:write');
   const { row: first } = await findVisible(ctx, id);
-  local(ctx, first);
+  await local(ctx, first);
   return serialized(ctx.deps, id, async () => {
     const row = await findRow(ctx, id);
     if (row.state !== 'running') throw stateError(row, 'pause');
@@ -460,7 +467,7 @@ export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'id
 export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
   requireScope(ctx, 'sandbox:write');
   const first = await findOwned(ctx, id, 'resume it');
-  local(ctx, first);
+  await local(ctx, first);
   const cfg = ctx.deps.config.sandboxes;
   return serialized(ctx.deps, id, async () => {
     const row = await findRow(ctx, id);
@@ -497,7 +504,7 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
 export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
   requireScope(ctx, 'sandbox:write');
   const { row: first } = await findVisible(ctx, id);
-  local(ctx, first);
+  await local(ctx, first);
   await serialized(ctx.deps, id, async () => {
     const row = await findRow(ctx, id);
     if (row.state === 'destroyed') throw stateError(row, 'destroy');
@@ -521,7 +528,7 @@ export async function agentOf(ctx: Ctx, id: string): Promise<{ agent: AgentClien
   requireAnyScope(ctx, ['sandbox:read', 'sandbox:write']);
   const row = await findOwned(ctx, id, 'reach its files, processes and commands');
   if (row.state !== 'running') throw stateError(row, 'use');
-  local(ctx, row);
+  await local(ctx, row);
   const now = Date.now();
   const { touched } = ctx.deps.state.get(SANDBOX_STATE);
   if (now - (touched.get(id) ?? 0) > TOUCH_EVERY_MS) {
@@ -572,7 +579,7 @@ async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void
 // ---- housekeeping ----------------------------------------------------------------------------
 
 /** Housekeeping acts as the sandbox's creator, with the sandbox scopes its verbs check (nothing else). */
-function ownerCtx(deps: Deps, row: Row): Ctx {
+export function ownerCtx(deps: Deps, row: Row): Ctx {
   return systemCtx(deps, {
     userId: row.created_by_user_id,
     orgId: row.org_id,

@@ -30,6 +30,8 @@ export interface ResolvedTemplate {
   layers: Layer[];
   /** Started in the background when a sandbox of this template starts (desktop-ubuntu's display). */
   startCmd: string | null;
+  /** The node that holds its built layer (layers are host-local), or null when it has none (base-ubuntu: every node). */
+  nodeId: string | null;
 }
 
 function startCmdOf(row: Row): string | null {
@@ -75,7 +77,7 @@ export async function resolveTemplate(ctx: Ctx, slug: string, id?: string): Prom
   if (!row) throw errors.notFound('template', slug);
   if (row.id === DESKTOP_ID && (row.status === 'pending' || row.status === 'failed')) requestSystemBuild(ctx.deps);
   const c = await chain(ctx, row);
-  return { id: row.id, slug: row.slug, status: row.status, ...c, startCmd: startCmdOf(row) };
+  return { id: row.id, slug: row.slug, status: row.status, ...c, startCmd: startCmdOf(row), nodeId: c.layers.length ? row.node_id : null };
 }
 
 /**

@@ -332,8 +332,12 @@ export class RuncRuntime implements SandboxRuntime {
   async list(): Promise<Map<string, ContainerStatus>> {
     const out = new Map<string, ContainerStatus>();
     const { stdout } = await execFileP(this.runc, ['--root', this.stateRoot, 'list', '--format', 'json']);
-    const rows = (JSON.parse(stdout.trim() || 'null') ?? []) as { id: string; status: string }[];
+    const rows = (JSON.parse(stdout.trim() || 'null') ?? []) as { id: string; status: string; bundle?: string }[];
+    // Replicas of one installation share its runc root when they share a host (ADR 0024): only the containers
+    // whose bundle is in this node's sandbox folder are this node's.
+    const mine = `${path.join(this.installDir, 'containers')}${path.sep}`;
     for (const row of rows) {
+      if (row.bundle && !row.bundle.startsWith(mine)) continue;
       out.set(row.id, row.status === 'paused' ? 'paused' : row.status === 'running' ? 'running' : 'stopped');
     }
     return out;

@@ -1,0 +1,14 @@
+export {
+  declareDead,
+  getNode,
+  liveNodes,
+  nodeListening,
+  nodeUrl,
+  silentNodes,
+  startNodeHeartbeat,
+  type NodeInfo,
+  type NodeLoad,
+} from './registry.js';
+export { HOP_HEADERS, HOP_WINDOW_MS, signHop, verifyHop } from './signing.js';
+export { forwardRequest } from './proxy.js';
+export { forwardingHooks, type NodeTarget } from './hooks.js';
