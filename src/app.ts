@@ -10,7 +10,7 @@ import { modelRoutes } from './domains/models/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
 import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
-import { registerSandboxActivity, sandboxRoutes, sandboxUsingTemplate, startSandboxJobs } from './domains/sandboxes/index.js';
+import { registerSandboxActivity, sandboxRoutes, sandboxUsingTemplate, startSandboxJobs, startSandboxPool } from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
@@ -54,7 +54,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
  * once the routes are registered and stopped in reverse order when the app closes.
  */
 const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
-  orchestrator: [startTemplateJobs, startSandboxJobs, startThreadJobs, startRunJobs],
+  orchestrator: [startTemplateJobs, startSandboxJobs, startSandboxPool, startThreadJobs, startRunJobs],
   auth: [],
   tools: [],
   billing: [],
