@@ -35,8 +35,13 @@ export interface PoolEntry {
   hostname: string;
 }
 
-/** How long the refill loop sleeps when there is nothing to do (a take wakes it at once). */
+/** How long the refill loop sleeps when there is nothing to do (a take wakes it). */
 const IDLE_MS = 1_000;
+/**
+ * A take wakes the refill loop this much later: starting a container (mkfs, mounts, runc) takes CPU that the
+ * claimed sandbox's first commands, which typically follow at once, would otherwise compete with.
+ */
+const REFILL_DELAY_MS = 250;
 
 async function memAvailableMb(): Promise<number> {
   const info = await fs.readFile('/proc/meminfo', 'utf8');
@@ -68,8 +73,15 @@ export function takePooled(deps: Deps, want: { templateId: string; network: bool
   if (i < 0) return null;
   const [entry] = st.ready.splice(i, 1);
   st.claiming.add(entry!);
-  st.wake?.();
+  wakeRefill(deps);
   return entry!;
+}
+
+/** Wakes the refill loop (if it runs) shortly: a create took a pooled sandbox or a spare network namespace. */
+export function wakeRefill(deps: Deps): void {
+  const st = poolOf(deps);
+  if (!st.wake) return;
+  setTimeout(() => st.wake?.(), REFILL_DELAY_MS).unref();
 }
 
 /** The claim of a taken entry is over (its record holds its uid now, or it was destroyed). */

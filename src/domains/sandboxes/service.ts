@@ -11,7 +11,7 @@ import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
 import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
-import { makeRoomForMemory, pooledUids, releasePooled, takePooled, type PoolEntry } from './pool.js';
+import { makeRoomForMemory, pooledUids, releasePooled, takePooled, wakeRefill, type PoolEntry } from './pool.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
 
 type Row = Selectable<SandboxesTable>;
@@ -414,6 +414,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   return serialized(deps, id, async () => {
     try {
       await startContainer(deps, row, template);
+      if (body.network) wakeRefill(deps); // it took a spare network namespace
     } catch (err) {
       const message = errMessage(err);
       deps.log.error({ err, sandboxId: id }, 'sandbox failed to start');
