@@ -98,7 +98,12 @@ export class SandboxNetwork {
     if ((await exists(path.join(LINKS, hash(id)))) || (await exists(`/run/netns/${SandboxNetwork.netnsOf(id)}`))) await this.detach(id);
     const spare = this.spares.shift();
     if (spare) {
+      // The link first, then the address claim names the container (replaced whole by a rename, so no reader
+      // sees it empty): at every moment the claim's owner leads to a live namespace (see namespaceAlive).
       await fs.writeFile(path.join(LINKS, hash(id)), spare.key, { mode: 0o600 });
+      const claim = path.join(CLAIMS, spare.ip);
+      await fs.writeFile(`${claim}.${process.pid}.tmp`, id, { mode: 0o600 });
+      await fs.rename(`${claim}.${process.pid}.tmp`, claim);
       await fs.rm(path.join(SPARES, spare.key), { force: true });
       return { netnsPath: `/run/netns/${SandboxNetwork.netnsOf(spare.key)}`, ip: spare.ip };
     }
@@ -178,7 +183,7 @@ export class SandboxNetwork {
   private async sweepSpares(): Promise<void> {
     for (const key of await fs.readdir(SPARES).catch(() => [] as string[])) {
       const pid = Number(/^spare-(\d+)-/.exec(key)?.[1]);
-      if (pid && pid !== process.pid && processAlive(pid)) continue;
+      if (pid && processAlive(pid)) continue; // another app in a live process (tests run several in one) holds it
       await this.remove(key);
     }
   }
@@ -196,13 +201,7 @@ export class SandboxNetwork {
         return ip;
       } catch {
         const owner = await fs.readFile(file, 'utf8').catch(() => '');
-        const alive =
-          owner &&
-          (await fs.access(`/run/netns/${SandboxNetwork.netnsOf(owner)}`).then(
-            () => true,
-            () => false,
-          ));
-        if (!alive) {
+        if (!owner || !(await namespaceAlive(owner))) {
           await fs.rm(file, { force: true });
           try {
             await fs.writeFile(file, id, { flag: 'wx' });
@@ -284,6 +283,13 @@ async function hostNetworks(): Promise<string[]> {
     }
   }
   return [...new Set(out)];
+}
+
+/** Whether the namespace an address claim's owner uses still exists: its own, or the spare it took (its link). */
+async function namespaceAlive(owner: string): Promise<boolean> {
+  if (await exists(`/run/netns/${SandboxNetwork.netnsOf(owner)}`)) return true;
+  const key = await fs.readFile(path.join(LINKS, hash(owner)), 'utf8').catch(() => null);
+  return Boolean(key) && (await exists(`/run/netns/${SandboxNetwork.netnsOf(key!)}`));
 }
 
 async function exists(p: string): Promise<boolean> {
