@@ -224,3 +224,19 @@ describe('memory floor', () => {
     expect((await run(h, admin, box.id, 'echo ok')).stdout).toBe('ok\n');
   }, 60_000);
 });
+
+describe('warm pool at shutdown', () => {
+  it('closing the app destroys every pooled sandbox', async () => {
+    const h = await createHarness({ HANGAR_SANDBOX_POOL: '1', HANGAR_SANDBOX_POOL_NETWORK: '0', HANGAR_SANDBOX_POOL_MIN_FREE_MEMORY_MB: '0' });
+    try {
+      await until('the pool', () => poolCounts(h.deps).offline === 1, { timeoutMs: 60_000 });
+      const [pooled] = readyIds(h);
+      expect((await h.deps.sandboxes.list()).has(pooled!)).toBe(true);
+      await h.app.close();
+      expect((await h.deps.sandboxes.list()).has(pooled!)).toBe(false);
+      expect(poolCounts(h.deps)).toEqual({ offline: 0, network: 0, building: 0 });
+    } finally {
+      await h.close();
+    }
+  }, 90_000);
+});
