@@ -112,7 +112,7 @@ type Manager struct {
 	envMu     sync.Mutex
 	envSealed bool
 	devNull   int
-	sigch   chan os.Signal
+	sigch     chan os.Signal
 }
 
 // NewManager installs the SIGCHLD handler and starts the reaper. Only one Manager may exist per
