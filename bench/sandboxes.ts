@@ -7,6 +7,11 @@
  *   (c) POST /commands `true` in a running sandbox, against `runc exec <id> /bin/true` on the same container, ABBA;
  *   (d) POST /pause and POST /resume alternately, against `runc pause` / `runc resume` on the same
  *       container as (c), ABBA.
+ *   (e) create-to-first-exec as (b) with `{ network: true }` and no pool (the network namespace comes from the
+ *       runtime's spares, HANGAR_SANDBOX_SPARE_NETWORKS, default 2), ABBA against `runc exec` on (c)'s container;
+ *   (f) create-to-first-exec from the warm pool (a second Hangar with HANGAR_SANDBOX_POOL=2, ADR 0023), network off
+ *       and on: each create waits (untimed) until the pool has an entry of its kind and must take it; ABBA against
+ *       `runc exec /bin/true` on a running sandbox of that Hangar.
  * Hangar runs in this process (as test/harness.ts builds it: embedded SQLite in a temp data dir, template prebuild
  * off, so no desktop-ubuntu build competes for the CPU) and is reached over real HTTP on loopback with an API key;
  * its sandbox installation is removed at the end. Needs root, runc, the sandbox agent (scripts/setup.sh).
@@ -20,6 +25,7 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs, promisify } from 'node:util';
+import { POOL_STATE } from '../src/domains/sandboxes/pool.js';
 import { ensureBaseLayer } from '../src/platform/sandboxes/base-layer.js';
 import { startInProcessHangar, stopInProcessHangar, type InProcessHangar } from './lib/in-process.js';
 import { table } from './lib/load.js';
@@ -29,7 +35,7 @@ export const description = 'sandbox create-to-first-exec, exec, pause, resume ov
 const execFileP = promisify(execFile);
 
 /** Aims from the issue, medians in ms. */
-const AIMS = { createToFirstExec: 150, exec: 20, pause: 20, resume: 20 };
+const AIMS = { createToFirstExec: 150, createWithNetwork: 150, fromPool: 30, exec: 20, pause: 20, resume: 20 };
 const WARMUPS = 3;
 
 const median = (xs: number[]) => {
@@ -38,6 +44,14 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
 const p90 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(0.9 * xs.length) - 1)]!;
+
+async function until(fn: () => boolean | Promise<boolean>, timeoutMs = 120_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error('timed out waiting for the pool or spare namespaces to fill');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 async function timed(fn: () => Promise<unknown>): Promise<number> {
   const t0 = performance.now();
@@ -78,7 +92,8 @@ async function expect(api: Api, method: string, urlPath: string, status: number,
   return res.body ? JSON.parse(res.body) : null;
 }
 
-const createSandbox = async (api: Api): Promise<string> => (await expect(api, 'POST', '/v1/sandboxes', 201, { network: false })).data.id as string;
+const createSandbox = async (api: Api, network = false): Promise<string> =>
+  (await expect(api, 'POST', '/v1/sandboxes', 201, { network })).data.id as string;
 const deleteSandbox = (api: Api, id: string) => expect(api, 'DELETE', `/v1/sandboxes/${id}`, 204);
 
 async function runTrue(api: Api, id: string): Promise<void> {
@@ -187,8 +202,8 @@ interface Hangar extends InProcessHangar {
 }
 
 /** Hangar built in this process as production does (embedded SQLite, silent log, no response validation), with an admin key, on loopback. */
-async function startHangar(): Promise<Hangar> {
-  const h = await startInProcessHangar('sandboxes', { HANGAR_SANDBOX_DIR: process.env.HANGAR_SANDBOX_DIR });
+async function startHangar(env: Record<string, string> = {}): Promise<Hangar> {
+  const h = await startInProcessHangar('sandboxes', { HANGAR_SANDBOX_DIR: process.env.HANGAR_SANDBOX_DIR, ...env });
   if (!h.deps.sandboxes.available) {
     const reason = h.deps.sandboxes.unavailableReason;
     await stopInProcessHangar(h);
@@ -227,14 +242,18 @@ export async function run(argv: string[]): Promise<string> {
   if (process.getuid?.() !== 0) throw new Error('needs root (runc creates containers)');
 
   let hangar: Hangar | undefined;
+  let pooled: Hangar | undefined;
   let bare: BareBundle | undefined;
   const live = new Set<string>();
   const cleanup = async () => {
-    if (hangar) for (const id of live) await deleteSandbox(hangar.api, id).catch(() => undefined);
+    for (const h of [hangar, pooled]) if (h) for (const id of live) await deleteSandbox(h.api, id).catch(() => undefined);
     live.clear();
     agent.destroy();
-    if (hangar) await stopHangar(hangar).catch((err) => console.error(`sandboxes: Hangar cleanup failed: ${(err as Error).message}`));
+    for (const h of [hangar, pooled]) {
+      if (h) await stopHangar(h).catch((err) => console.error(`sandboxes: Hangar cleanup failed: ${(err as Error).message}`));
+    }
     hangar = undefined;
+    pooled = undefined;
     if (bare) await bare.cleanup().catch((err) => console.error(`sandboxes: bundle cleanup failed: ${(err as Error).message}`));
     bare = undefined;
   };
@@ -299,6 +318,29 @@ export async function run(argv: string[]): Promise<string> {
       for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
     }
 
+    // (e) create-to-first-exec with network, no pool, ABBA with runc exec on (c)'s container.
+    const hasNetwork = !hangar.deps.sandboxes.networkReason;
+    const withNet = { total: [] as number[], bare: [] as number[] };
+    if (hasNetwork) {
+      console.log(`(e): ${iterations} create-to-first-exec with network (no pool) and ${iterations} runc exec (ABBA), after ${WARMUPS} warm-ups`);
+      const once = async (record: boolean) => {
+        await until(async () => (hangar!.deps.sandboxes as unknown as { network?: { spares: unknown[] } }).network?.spares.length === 2);
+        const t0 = performance.now();
+        const id = await createSandbox(api, true);
+        live.add(id);
+        await runTrue(api, id);
+        const t = performance.now() - t0;
+        await deleteSandbox(api, id);
+        live.delete(id);
+        if (record) withNet.total.push(t);
+      };
+      for (let i = 0; i < WARMUPS; i++) await once(false);
+      for (let i = 0; i < iterations; i++) {
+        const steps = [() => once(true), async () => withNet.bare.push(await timed(runcExec))];
+        for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
+      }
+    } else console.log(`(e): skipped, sandboxes have no network on this host: ${hangar.deps.sandboxes.networkReason}`);
+
     // (d) pause/resume pairs over the API and with bare runc, ABBA. Bare pairs leave the container running, as recorded.
     console.log(`(d): ${iterations} POST /pause + /resume pairs and ${iterations} runc pause + resume pairs on the same sandbox (ABBA)`);
     const pr = { pause: [] as number[], resume: [] as number[], barePause: [] as number[], bareResume: [] as number[] };
@@ -329,6 +371,46 @@ export async function run(argv: string[]): Promise<string> {
     await runTrue(api, sbx); // still usable after all that
     await deleteSandbox(api, sbx);
     live.delete(sbx);
+    await stopHangar(hangar);
+    hangar = undefined;
+
+    // (f) from the warm pool, network off and on, ABBA with runc exec on a running sandbox of the pooled Hangar.
+    process.stdout.write('starting a second Hangar with a warm pool (HANGAR_SANDBOX_POOL=2)... ');
+    pooled = await startHangar({ HANGAR_SANDBOX_POOL: '2', HANGAR_SANDBOX_POOL_MIN_FREE_MEMORY_MB: '0' });
+    const p = pooled;
+    console.log(`listening on ${p.api.url}`);
+    const ready = (network: boolean) => p.deps.state.get(POOL_STATE).ready.filter((e) => e.network === network);
+    await until(() => ready(false).length === 2 && (!hasNetwork || ready(true).length === 2));
+    const psbx = await createSandbox(p.api);
+    live.add(psbx);
+    const poolExec = () => runc(['--root', p.stateRoot, 'exec', psbx, '/bin/true']);
+    const fromPool = { off: [] as number[], on: [] as number[], bare: [] as number[] };
+    const claimOnce = async (network: boolean, record: boolean) => {
+      await until(() => ready(network).length === 2);
+      const ids = new Set(ready(network).map((e) => e.id));
+      const t0 = performance.now();
+      const id = await createSandbox(p.api, network);
+      live.add(id);
+      await runTrue(p.api, id);
+      const t = performance.now() - t0;
+      if (!ids.has(id)) throw new Error(`sandbox ${id} was not taken from the pool`);
+      await deleteSandbox(p.api, id);
+      live.delete(id);
+      if (record) (network ? fromPool.on : fromPool.off).push(t);
+    };
+    const modes = hasNetwork ? [false, true] : [false];
+    console.log(
+      `(f): ${iterations} create-to-first-exec from the pool per network mode (${modes.length}) and runc exec (ABBA), after ${WARMUPS} warm-ups`,
+    );
+    for (let i = 0; i < WARMUPS; i++) for (const network of modes) await claimOnce(network, false);
+    for (let i = 0; i < iterations; i++) {
+      for (const network of modes) {
+        const steps = [() => claimOnce(network, true), async () => fromPool.bare.push(await timed(poolExec))];
+        for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
+      }
+    }
+    await deleteSandbox(p.api, psbx);
+    live.delete(psbx);
 
     const rows: Row[] = [
       { label: '(a) bare runc run /bin/true', samples: runSamples },
@@ -337,6 +419,12 @@ export async function run(argv: string[]): Promise<string> {
       { label: '    first POST /commands', samples: createSamples.firstExec },
       { label: '(c) bare runc exec /bin/true', samples: exec.bare },
       { label: '(c) API exec: POST /commands true', samples: exec.api, baseline: exec.bare, aim: AIMS.exec },
+      ...(hasNetwork
+        ? [{ label: '(e) create -> first exec, network, no pool', samples: withNet.total, baseline: withNet.bare, aim: AIMS.createWithNetwork }]
+        : []),
+      { label: '(f) bare runc exec /bin/true (pool Hangar)', samples: fromPool.bare },
+      { label: '(f) from pool, network off', samples: fromPool.off, baseline: fromPool.bare, aim: AIMS.fromPool },
+      ...(hasNetwork ? [{ label: '(f) from pool, network on', samples: fromPool.on, baseline: fromPool.bare, aim: AIMS.fromPool }] : []),
       { label: '(d) bare runc pause', samples: pr.barePause },
       { label: '(d) API POST /pause', samples: pr.pause, baseline: pr.barePause, aim: AIMS.pause },
       { label: '(d) bare runc resume', samples: pr.bareResume },
@@ -346,7 +434,7 @@ export async function run(argv: string[]): Promise<string> {
     console.log('');
     console.log(
       table(
-        ['target', 'n', 'median ms', 'p90 ms', 'vs bare (median)', 'aim (median)', 'result'],
+        ['target', 'n', 'median ms', 'p90 ms', 'vs its bare baseline (median)', 'aim (median)', 'result'],
         rows.map((r) => {
           const m = median(r.samples);
           return [
@@ -369,7 +457,10 @@ export async function run(argv: string[]): Promise<string> {
     const m = (xs: number[]) => `${f(median(xs))} ms`;
     return (
       `sandboxes: create->first exec ${m(createSamples.total)} (x${(median(createSamples.total) / median(runSamples)).toFixed(2)} of bare runc run ${m(runSamples)}), ` +
-      `exec ${m(exec.api)} (runc exec ${m(exec.bare)}), pause ${m(pr.pause)}, resume ${m(pr.resume)}; aims met ${met}/${aimed.length}`
+      `exec ${m(exec.api)} (runc exec ${m(exec.bare)}), pause ${m(pr.pause)}, resume ${m(pr.resume)}; ` +
+      `${hasNetwork ? `with network, no pool ${m(withNet.total)}; ` : ''}` +
+      `from pool ${m(fromPool.off)}${hasNetwork ? ` (network on ${m(fromPool.on)})` : ''}, x${(median(fromPool.off) / median(fromPool.bare)).toFixed(2)} of runc exec ${m(fromPool.bare)}; ` +
+      `aims met ${met}/${aimed.length}`
     );
   } finally {
     process.off('SIGINT', onSignal);

@@ -17,6 +17,7 @@ import {
   sandboxRoutes,
   sandboxUsingTemplate,
   startSandboxJobs,
+  startSandboxPool,
 } from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
@@ -67,6 +68,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startNodeHeartbeat({ load: nodeLoad, onRevived: reconcileAfterRevival }),
     startTemplateJobs,
     startSandboxJobs,
+    startSandboxPool,
     startThreadJobs,
     startRunJobs,
   ],

@@ -137,6 +137,19 @@ describe('configuration', () => {
     expect(errorOf(() => parseConfig({ HANGAR_DATA_DIR: d, HANGAR_SECRET_KEY: key, HANGAR_NODE_URL: 'not a url' })).setting).toBe('HANGAR_NODE_URL');
   });
 
+  it('warm pool: off by default; one size for both network modes unless HANGAR_SANDBOX_POOL_NETWORK says otherwise', () => {
+    const base = { HANGAR_DATA_DIR: dir(), HANGAR_SECRET_KEY: key };
+    expect(parseConfig(base).sandboxes.pool).toEqual({ size: 0, networkSize: 0, template: 'base-ubuntu', minFreeMemoryMb: 1024 });
+    expect(parseConfig(base).sandboxes.spareNetworks).toBe(2);
+    expect(parseConfig({ ...base, HANGAR_SANDBOX_POOL: '3' }).sandboxes.pool).toMatchObject({ size: 3, networkSize: 3 });
+    expect(parseConfig({ ...base, HANGAR_SANDBOX_POOL: '3', HANGAR_SANDBOX_POOL_NETWORK: '0' }).sandboxes.pool).toMatchObject({
+      size: 3,
+      networkSize: 0,
+    });
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_POOL: '-1' })).setting).toBe('HANGAR_SANDBOX_POOL');
+    expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_POOL_TEMPLATE: 'Not A Slug' })).setting).toBe('HANGAR_SANDBOX_POOL_TEMPLATE');
+  });
+
   it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {
     const d = dir();
     const a = loadConfig({ HANGAR_DATA_DIR: d });

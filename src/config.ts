@@ -81,6 +81,14 @@ const EnvSchema = z.object({
   HANGAR_SANDBOX_MAX_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(10_240),
   HANGAR_SANDBOX_MIN_FREE_DISK_MB: intFrom(0, 1024 ** 4).default(2048),
   HANGAR_TEMPLATE_BUILD_DISK_MB: intFrom(64, 16 * 1024 * 1024).default(4096),
+  HANGAR_SANDBOX_POOL: intFrom(0, 64).default(0),
+  HANGAR_SANDBOX_POOL_NETWORK: intFrom(0, 64).optional(),
+  HANGAR_SANDBOX_POOL_TEMPLATE: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'a template slug')
+    .default('base-ubuntu'),
+  HANGAR_SANDBOX_POOL_MIN_FREE_MEMORY_MB: intFrom(0, 1024 ** 3).default(1024),
+  HANGAR_SANDBOX_SPARE_NETWORKS: intFrom(0, 64).default(2),
   HANGAR_SANDBOX_SUBNET: z
     .string()
     .regex(/^10\.(\d{1,3})\.0\.0\/16$/, 'must be a 10.N.0.0/16 subnet')
@@ -173,6 +181,18 @@ export type SandboxConfig = Readonly<{
   subnetOctet: number;
   /** Networks (CIDRs) sandboxes and builds may reach although they are private, e.g. an internal package mirror. */
   networkAllow: readonly string[];
+  /** Warm pool (ADR 0023): ready, unassigned sandboxes of one system template that a create takes instead of building one. */
+  pool: Readonly<{
+    /** Pooled sandboxes kept without network, and with network. 0 and 0: no pool. */
+    size: number;
+    networkSize: number;
+    /** Slug of the system template pooled. */
+    template: string;
+    /** The pool holds no more than leaves this much host memory (MemAvailable) beyond the pooled sandboxes' limits, in MiB. */
+    minFreeMemoryMb: number;
+  }>;
+  /** Network namespaces (veth, address, route) kept made ahead, so a start with network takes one. */
+  spareNetworks: number;
   /** Build the system templates that need a build (desktop-ubuntu) at start-up. */
   prebuildTemplates: boolean;
   buildTimeoutSeconds: number;
@@ -463,6 +483,13 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       buildDiskMb: e.HANGAR_TEMPLATE_BUILD_DISK_MB,
       subnetOctet: subnetOctet,
       networkAllow: Object.freeze(networkAllow),
+      pool: Object.freeze({
+        size: e.HANGAR_SANDBOX_POOL,
+        networkSize: e.HANGAR_SANDBOX_POOL_NETWORK ?? e.HANGAR_SANDBOX_POOL,
+        template: e.HANGAR_SANDBOX_POOL_TEMPLATE,
+        minFreeMemoryMb: e.HANGAR_SANDBOX_POOL_MIN_FREE_MEMORY_MB,
+      }),
+      spareNetworks: e.HANGAR_SANDBOX_SPARE_NETWORKS,
       prebuildTemplates: e.HANGAR_TEMPLATE_PREBUILD === 'true' || e.HANGAR_TEMPLATE_PREBUILD === '1',
       buildTimeoutSeconds: e.HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS,
     }),

@@ -738,3 +738,54 @@ func TestShutdown(t *testing.T) {
 		t.Fatal("socket not removed")
 	}
 }
+
+// TestSetBaseEnv runs a fresh agent (the test binary, -listen) and sets its base environment before any
+// process: commands see exactly that environment; a second PUT, and a PUT to an agent that has started a
+// process (the shared test agent), answer 409.
+func TestSetBaseEnv(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "env.sock")
+	agent := start(t, map[string]interface{}{
+		"args": []string{os.Args[0], "-listen", sock}, "env": map[string]string{"HANGAR_AGENT_HELPER": "1", "LEFTOVER": "old"},
+	})
+	defer func() { _ = syscall.Kill(agent, syscall.SIGKILL) }()
+	c := unixClient(sock)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("child agent did not listen")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st, out := doReq(t, c, "PUT", "/env", map[string]interface{}{"env": map[string]string{"A=B": "x"}}); st != 400 {
+		t.Fatalf("invalid name: %d %s", st, out)
+	}
+	if st, out := doReq(t, c, "PUT", "/env", map[string]interface{}{"env": map[string]string{"PATH": "/usr/bin:/bin", "FOO": "claimed"}}); st != 204 {
+		t.Fatalf("set env: %d %s", st, out)
+	}
+	if st, _ := doReq(t, c, "PUT", "/env", map[string]interface{}{"env": map[string]string{"FOO": "again"}}); st != 409 {
+		t.Fatalf("second set env: %d, want 409", st)
+	}
+	st, out := doReq(t, c, "POST", "/processes", map[string]interface{}{"cmd": "echo $FOO ${LEFTOVER-none}"})
+	if st != 201 {
+		t.Fatalf("start in child agent: %d %s", st, out)
+	}
+	var r struct{ Pid int }
+	_ = json.Unmarshal(out, &r)
+	for {
+		_, out = doReq(t, c, "GET", fmt.Sprintf("/processes/%d/output", r.Pid), nil)
+		if strings.Contains(string(out), `"exit"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child process did not finish: %s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(string(out), b64("claimed none\n")) {
+		t.Fatalf("command environment: %s", out)
+	}
+	expectError(t, "PUT", "/env", map[string]interface{}{"env": map[string]string{"FOO": "late"}}, 409, "conflict")
+}

@@ -107,8 +107,12 @@ type Manager struct {
 	procs   map[int]*Proc
 	cfg     Config
 	baseEnv []string
-	devNull int
-	sigch   chan os.Signal
+	// envMu guards baseEnv and envSealed: SetBaseEnv may replace the base environment until the first
+	// process starts (or it was set once); after that it is fixed for the agent's life.
+	envMu     sync.Mutex
+	envSealed bool
+	devNull   int
+	sigch     chan os.Signal
 }
 
 // NewManager installs the SIGCHLD handler and starts the reaper. Only one Manager may exist per
@@ -283,8 +287,37 @@ func lookPath(name, pathEnv, cwd string) (string, error) {
 	return "", badRequest("command not found: %s", name)
 }
 
+// SetBaseEnv replaces the base environment of every command (PUT /env): allowed once, and only before any
+// process has started, so a warm (pooled) sandbox gets its tenant's environment when it is claimed and
+// nothing started before can have seen another. Names and values are checked as a start request's env.
+func (m *Manager) SetBaseEnv(env map[string]string) error {
+	merged, err := mergeEnv(nil, env)
+	if err != nil {
+		return err
+	}
+	m.envMu.Lock()
+	defer m.envMu.Unlock()
+	if m.envSealed {
+		return conflict("the base environment is fixed: it was set already or a process has started")
+	}
+	m.baseEnv = merged
+	m.envSealed = true
+	return nil
+}
+
+// base returns the base environment and seals it (no SetBaseEnv once a process has started).
+func (m *Manager) base() []string {
+	m.envMu.Lock()
+	defer m.envMu.Unlock()
+	m.envSealed = true
+	return m.baseEnv
+}
+
 func (m *Manager) defaultCwd() string {
-	if home, ok := envLookup(m.baseEnv, "HOME"); ok && filepath.IsAbs(home) {
+	m.envMu.Lock()
+	base := m.baseEnv
+	m.envMu.Unlock()
+	if home, ok := envLookup(base, "HOME"); ok && filepath.IsAbs(home) {
 		if fi, err := os.Stat(home); err == nil && fi.IsDir() {
 			return home
 		}
@@ -382,7 +415,7 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 		}
 		stdinData = d
 	}
-	env, err := mergeEnv(m.baseEnv, req.Env)
+	env, err := mergeEnv(m.base(), req.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -138,6 +138,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(200)
 		_, _ = w.Write(b)
+	case path == "/env":
+		if r.Method != http.MethodPut {
+			methodNotAllowed(w, r, "PUT")
+			return
+		}
+		var req struct {
+			Env map[string]string `json:"env"`
+		}
+		if !decodeJSON(w, r, &req) {
+			return
+		}
+		if err := s.m.SetBaseEnv(req.Env); err != nil {
+			writeErr(w, err)
+			return
+		}
+		w.WriteHeader(204)
 	case path == "/processes":
 		switch r.Method {
 		case http.MethodGet:

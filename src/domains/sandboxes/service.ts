@@ -12,6 +12,7 @@ import { getNode } from '../../platform/nodes/index.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
 import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
+import { makeRoomForMemory, pooledUids, releasePooled, takePooled, wakeRefill, type PoolEntry } from './pool.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
 
 export type Row = Selectable<SandboxesTable>;
@@ -266,7 +267,23 @@ export function activity(
   );
 }
 
-function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec {
+/** A sandbox's hostname: its name as a DNS label. */
+export function hostnameOf(name: string): string {
+  return (
+    name
+      .toLowerCase()
+      .replace(/[^a-z0-9-]/g, '-')
+      .replace(/^-+|-+$/g, '')
+      .slice(0, 63) || 'sandbox'
+  );
+}
+
+/** The name a sandbox gets when the request names none. */
+export const defaultName = (id: string) => `sandbox-${id.slice(-6).toLowerCase()}`;
+
+type SpecFields = Pick<Row, 'id' | 'uid' | 'name' | 'env' | 'cpu' | 'memory_mb' | 'disk_mb' | 'network'>;
+
+export function specOf(deps: Deps, row: SpecFields, template: ResolvedTemplate): ContainerSpec {
   const env = {
     PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
     HOME: '/home/user',
@@ -283,12 +300,7 @@ function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec
     id: row.id,
     layers: template.layers,
     uid: row.uid!,
-    hostname:
-      row.name
-        .toLowerCase()
-        .replace(/[^a-z0-9-]/g, '-')
-        .replace(/^-+|-+$/g, '')
-        .slice(0, 63) || 'sandbox',
+    hostname: hostnameOf(row.name),
     env,
     workdir: template.workdir ?? '/home/user',
     cpu: row.cpu,
@@ -350,6 +362,13 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   requireRuntime(deps, body.network);
   await requireFreeDisk(cfg, 'no new sandbox');
 
+  // A warm sandbox of this template, network mode and disk size, if the pool has one (ADR 0023).
+  const pooled = takePooled(deps, { templateId: template.id, network: body.network, diskMb });
+  if (pooled) {
+    const claimed = await claimPooled(ctx, pooled, template, body, { cpu, memoryMb, diskMb, idle });
+    if (claimed) return claimed;
+  } else await makeRoomForMemory(deps, memoryMb);
+
   const id = prefixedId('sbx');
   const now = nowIso();
   const row = await admit(deps, org, async () => {
@@ -359,7 +378,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
       const values: Row = {
         id,
         org_id: org,
-        name: body.name ?? `sandbox-${id.slice(-6).toLowerCase()}`,
+        name: body.name ?? defaultName(id),
         template_id: template.id,
         template_slug: template.slug,
         state: 'starting',
@@ -396,6 +415,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   return serialized(deps, id, async () => {
     try {
       await startContainer(deps, row, template);
+      if (body.network) wakeRefill(deps); // it took a spare network namespace
     } catch (err) {
       const message = errMessage(err);
       deps.log.error({ err, sandboxId: id }, 'sandbox failed to start');
@@ -415,14 +435,101 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   });
 }
 
-async function freeUid(ctx: Ctx): Promise<number> {
+/**
+ * A pooled sandbox becomes the caller's: its per-request settings (environment, hostname, limits) are applied
+ * while no record of it exists, then one transaction inserts it as `running` with its runtime interval and
+ * activity row, so nobody ever sees it half claimed. The container is never given back to the pool: if
+ * anything fails it is destroyed, and the create is refused (the organization's limit, a template deleted
+ * meanwhile) or, for a failure of the container itself, built the usual way (null).
+ */
+async function claimPooled(
+  ctx: Ctx,
+  entry: PoolEntry,
+  template: ResolvedTemplate,
+  body: CreateSandboxBody,
+  want: { cpu: number; memoryMb: number; diskMb: number; idle: number },
+): Promise<Sandbox | null> {
+  const { deps } = ctx;
+  const cfg = deps.config.sandboxes;
+  const org = orgId(ctx);
+  const id = entry.id;
+  const now = nowIso();
+  const row: Row = {
+    id,
+    org_id: org,
+    name: body.name ?? defaultName(id),
+    template_id: template.id,
+    template_slug: template.slug,
+    state: 'running',
+    node_id: cfg.nodeId,
+    uid: entry.uid,
+    network: body.network ? 1 : 0,
+    cpu: want.cpu,
+    memory_mb: want.memoryMb,
+    disk_mb: want.diskMb,
+    idle_timeout_seconds: want.idle,
+    env: JSON.stringify(body.env ?? {}),
+    metadata: JSON.stringify(body.metadata ?? {}),
+    error: null,
+    created_by_user_id: ctx.principal.userId,
+    created_at: now,
+    updated_at: now,
+    last_active_at: now,
+    destroyed_at: null,
+  };
+  try {
+    await admit(deps, org, async () => {
+      if ((await countRunning(ctx, org)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
+      const spec = specOf(deps, row, template);
+      await deps.sandboxes
+        .assign(id, {
+          env: spec.env,
+          hostname: spec.hostname === entry.hostname ? undefined : spec.hostname,
+          limits:
+            want.cpu === entry.cpu && want.memoryMb === entry.memoryMb ? undefined : { cpu: want.cpu, memoryMb: want.memoryMb, pids: spec.pids },
+        })
+        .catch((err: unknown) => {
+          throw new ContainerFailed(err);
+        });
+      await withTx(ctx, async (tx) => {
+        await lockTemplateForUse(tx, template);
+        await exec(tx).insertInto('sandboxes').values(row).execute();
+        await openInterval(tx, row);
+        await activity(tx, row, 'sandbox.created', `Sandbox ${row.name} created`, {
+          metadata: { cpu: want.cpu, memoryMb: want.memoryMb, diskMb: want.diskMb, network: body.network },
+        });
+      });
+    });
+  } catch (err) {
+    await deps.sandboxes.destroy(id).catch((e) => deps.log.warn({ err: e, sandboxId: id }, 'could not remove a pooled sandbox'));
+    releasePooled(deps, entry);
+    if (err instanceof ContainerFailed) {
+      deps.log.warn({ err: err.cause, sandboxId: id }, 'a pooled sandbox could not be given its settings; building one');
+      return null;
+    }
+    if (isUniqueViolation(err)) return null; // its uid was taken meanwhile (see freeUid): build one
+    throw err;
+  }
+  releasePooled(deps, entry);
+  return view(ctx, id);
+}
+
+class ContainerFailed extends Error {
+  constructor(readonly cause: unknown) {
+    super(errMessage(cause));
+  }
+}
+
+/** A host uid for a new sandbox (or a pooled one): none of this node's live sandboxes' nor the pool's. */
+export async function freeUid(ctx: Ctx): Promise<number> {
   const used = await exec(ctx)
     .selectFrom('sandboxes')
     .select('uid')
     .where('node_id', '=', ctx.deps.config.sandboxes.nodeId)
     .where('uid', 'is not', null)
     .execute();
-  const taken = new Set(used.map((r) => r.uid));
+  const taken = new Set<number | null>(used.map((r) => r.uid));
+  for (const uid of pooledUids(ctx.deps)) taken.add(uid);
   const start = Math.floor(Math.random() * UID_COUNT);
   for (let i = 0; i < UID_COUNT; i++) {
     const uid = UID_BASE + ((start + i) % UID_COUNT);

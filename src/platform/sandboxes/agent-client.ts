@@ -162,6 +162,11 @@ export class AgentClient {
     return this.json('GET', '/health', Health, { ms: timeoutMs, strict: true });
   }
 
+  /** Sets the base environment of every command (once, before any process: a pooled sandbox being claimed; ADR 0023). */
+  async setBaseEnv(env: Record<string, string>): Promise<void> {
+    await this.json('PUT', '/env', null, this.call(), { env });
+  }
+
   startProcess(body: StartProcess): Promise<{ pid: number; startedAt: string }> {
     return this.json('POST', '/processes', Started, this.call(), body);
   }

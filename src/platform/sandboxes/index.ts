@@ -6,7 +6,7 @@ import { errors } from '../http/errors.js';
 import { RuncRuntime } from './runc.js';
 import type { SandboxRuntime } from './types.js';
 
-export type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
+export type { Assignment, BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
 export {
   AGENT_LIMITS,
   AgentClient,
@@ -78,6 +78,8 @@ export function unavailableSandboxRuntime(reason: string): SandboxRuntime {
     networkReason: reason,
     base: { os: 'unknown', osName: 'unknown', description: `unavailable: ${reason}` },
     start: fail,
+    assign: fail,
+    spareNetworks: async () => false,
     pause: fail,
     resume: fail,
     stop: fail,

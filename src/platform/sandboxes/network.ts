@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -9,6 +9,10 @@ const execFileP = promisify(execFile);
 
 export const BRIDGE = 'hangar0';
 const CLAIMS = '/run/hangar/net';
+/** Namespaces made ahead (`spare-<pid>-<uuid>`, one empty file each), so a restart finds and removes those of a dead process. */
+const SPARES = '/run/hangar/net-spares';
+/** `<hash of a container id>` → the spare key whose namespace that container took. */
+const LINKS = '/run/hangar/net-links';
 
 /** Where a sandbox or build may never send traffic unless the operator allows it (HANGAR_SANDBOX_NETWORK_ALLOW). */
 export const BLOCKED_V4 = [
@@ -54,6 +58,9 @@ export interface NetworkPolicy {
  * A container without network gets runc's own empty namespace (loopback only).
  */
 export class SandboxNetwork {
+  /** Keys of namespaces made ahead by this process, ready to be taken (see spare). */
+  private readonly spares: { key: string; ip: string }[] = [];
+
   private constructor(private readonly octet: number) {}
 
   /** Sets up the bridge, forwarding and the nftables table; idempotent. Throws with the reason when the host cannot. */
@@ -71,26 +78,82 @@ export class SandboxNetwork {
     await fs.writeFile('/proc/sys/net/ipv4/ip_forward', '1');
     await run('nft', ['-f', '-'], firewallRules(octet, { ...policy, lan: await hostNetworks() }));
     await fs.mkdir(CLAIMS, { recursive: true, mode: 0o700 });
-    return new SandboxNetwork(octet);
+    await fs.mkdir(SPARES, { recursive: true, mode: 0o700 });
+    await fs.mkdir(LINKS, { recursive: true, mode: 0o700 });
+    const network = new SandboxNetwork(octet);
+    await network.sweepSpares();
+    return network;
   }
 
   static netnsOf(id: string): string {
     return `hgr-${hash(id)}`;
   }
 
-  /** Creates the container's namespace with its address and route; returns the namespace's path for the OCI config. */
+  /**
+   * The container's namespace with its address and route, for the OCI config: one made ahead (spare) when there
+   * is one, else made now.
+   */
   async attach(id: string): Promise<{ netnsPath: string; ip: string }> {
-    const ns = SandboxNetwork.netnsOf(id);
-    const host = `hv${hash(id).slice(0, 12)}`;
-    await this.detach(id); // a half-made namespace from a crash is redone from scratch
-    const ip = await this.claimAddress(id);
+    // A half-made namespace from a crash is redone from scratch.
+    if ((await exists(path.join(LINKS, hash(id)))) || (await exists(`/run/netns/${SandboxNetwork.netnsOf(id)}`))) await this.detach(id);
+    const spare = this.spares.shift();
+    if (spare) {
+      // The link first, then the address claim names the container (replaced whole by a rename, so no reader
+      // sees it empty): at every moment the claim's owner leads to a live namespace (see namespaceAlive).
+      await fs.writeFile(path.join(LINKS, hash(id)), spare.key, { mode: 0o600 });
+      const claim = path.join(CLAIMS, spare.ip);
+      await fs.writeFile(`${claim}.${process.pid}.tmp`, id, { mode: 0o600 });
+      await fs.rename(`${claim}.${process.pid}.tmp`, claim);
+      await fs.rm(path.join(SPARES, spare.key), { force: true });
+      return { netnsPath: `/run/netns/${SandboxNetwork.netnsOf(spare.key)}`, ip: spare.ip };
+    }
+    return this.make(id);
+  }
+
+  /**
+   * Keeps `count` namespaces made ahead by this process (one is made per call at most, so a caller on a timer
+   * spreads the work); a count below what there is removes the extra ones. True when it made or removed any.
+   */
+  async spare(count: number): Promise<boolean> {
+    if (this.spares.length > count) {
+      while (this.spares.length > count) await this.remove(this.spares.pop()!.key);
+      return true;
+    }
+    if (this.spares.length === count) return false;
+    const key = `spare-${process.pid}-${randomUUID()}`;
+    await fs.writeFile(path.join(SPARES, key), '', { mode: 0o600 });
     try {
-      await execFileP('ip', ['netns', 'add', ns]);
-      await execFileP('ip', ['link', 'add', host, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns]);
+      this.spares.push({ key, ip: (await this.make(key)).ip });
+    } catch (err) {
+      await fs.rm(path.join(SPARES, key), { force: true });
+      throw err;
+    }
+    return true;
+  }
+
+  async detach(id: string): Promise<void> {
+    const link = path.join(LINKS, hash(id));
+    const key = await fs.readFile(link, 'utf8').catch(() => null);
+    if (key) await this.remove(key);
+    await fs.rm(link, { force: true });
+    await this.remove(id);
+  }
+
+  /**
+   * Two `ip -batch` calls (each process Hangar spawns costs milliseconds): on the host the namespace, the veth
+   * pair with its inner end moved in, the outer end on the bridge (isolated port); inside, loopback, the address
+   * and the default route.
+   */
+  private async make(owner: string): Promise<{ netnsPath: string; ip: string }> {
+    const ns = SandboxNetwork.netnsOf(owner);
+    const host = `hv${hash(owner).slice(0, 12)}`;
+    const ip = await this.claimAddress(owner);
+    try {
       await run(
         'ip',
         ['-batch', '-'],
-        `link set ${host} master ${BRIDGE}\nlink set dev ${host} type bridge_slave isolated on\nlink set ${host} up\n`,
+        `netns add ${ns}\nlink add ${host} type veth peer name eth0 netns ${ns}\nlink set ${host} master ${BRIDGE}\n` +
+          `link set dev ${host} type bridge_slave isolated on\nlink set ${host} up\n`,
       );
       await run(
         'ip',
@@ -98,19 +161,30 @@ export class SandboxNetwork {
         `link set lo up\naddr add ${ip}/16 dev eth0\nlink set eth0 up\nroute add default via 10.${this.octet}.0.1\n`,
       );
     } catch (err) {
-      await this.detach(id);
+      await this.remove(owner);
       throw err;
     }
     return { netnsPath: `/run/netns/${ns}`, ip };
   }
 
-  async detach(id: string): Promise<void> {
-    const ns = SandboxNetwork.netnsOf(id);
-    await execFileP('ip', ['link', 'del', `hv${hash(id).slice(0, 12)}`]).catch(() => undefined);
+  /** Removes the veth pair, namespace and address claim made for `owner` (a container id or a spare key). */
+  private async remove(owner: string): Promise<void> {
+    const ns = SandboxNetwork.netnsOf(owner);
+    await execFileP('ip', ['link', 'del', `hv${hash(owner).slice(0, 12)}`]).catch(() => undefined);
     await execFileP('ip', ['netns', 'del', ns]).catch(() => undefined);
     for (const f of await fs.readdir(CLAIMS).catch(() => [] as string[])) {
-      const owner = await fs.readFile(path.join(CLAIMS, f), 'utf8').catch(() => '');
-      if (owner === id) await fs.rm(path.join(CLAIMS, f), { force: true });
+      const claimant = await fs.readFile(path.join(CLAIMS, f), 'utf8').catch(() => '');
+      if (claimant === owner) await fs.rm(path.join(CLAIMS, f), { force: true });
+    }
+    if (owner.startsWith('spare-')) await fs.rm(path.join(SPARES, owner), { force: true });
+  }
+
+  /** Namespaces made ahead by a process that is gone (Hangar restarted) are removed; those of live processes stay theirs. */
+  private async sweepSpares(): Promise<void> {
+    for (const key of await fs.readdir(SPARES).catch(() => [] as string[])) {
+      const pid = Number(/^spare-(\d+)-/.exec(key)?.[1]);
+      if (pid && processAlive(pid)) continue; // another app in a live process (tests run several in one) holds it
+      await this.remove(key);
     }
   }
 
@@ -127,13 +201,7 @@ export class SandboxNetwork {
         return ip;
       } catch {
         const owner = await fs.readFile(file, 'utf8').catch(() => '');
-        const alive =
-          owner &&
-          (await fs.access(`/run/netns/${SandboxNetwork.netnsOf(owner)}`).then(
-            () => true,
-            () => false,
-          ));
-        if (!alive) {
+        if (!owner || !(await namespaceAlive(owner))) {
           await fs.rm(file, { force: true });
           try {
             await fs.writeFile(file, id, { flag: 'wx' });
@@ -215,6 +283,29 @@ async function hostNetworks(): Promise<string[]> {
     }
   }
   return [...new Set(out)];
+}
+
+/** Whether the namespace an address claim's owner uses still exists: its own, or the spare it took (its link). */
+async function namespaceAlive(owner: string): Promise<boolean> {
+  if (await exists(`/run/netns/${SandboxNetwork.netnsOf(owner)}`)) return true;
+  const key = await fs.readFile(path.join(LINKS, hash(owner)), 'utf8').catch(() => null);
+  return Boolean(key) && (await exists(`/run/netns/${SandboxNetwork.netnsOf(key!)}`));
+}
+
+async function exists(p: string): Promise<boolean> {
+  return fs.access(p).then(
+    () => true,
+    () => false,
+  );
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function hash(id: string): string {

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { AgentClient } from './agent-client.js';
 import { ensureBaseLayer, nameservers } from './base-layer.js';
 import { SandboxNetwork } from './network.js';
-import type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
+import type { Assignment, BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
 
 const execFileP = promisify(execFile);
 
@@ -288,6 +288,47 @@ export class RuncRuntime implements SandboxRuntime {
     this.agents.get(spec.id)?.close();
     this.agents.delete(spec.id);
     await this.agent(spec.id).health(10_000);
+  }
+
+  /**
+   * A pooled container becomes a tenant's (ADR 0023). Nothing has run in it but its agent, so its root (the
+   * overlay as mounted on the host) holds nothing a tenant put there: /etc/hostname and /etc/hosts are written
+   * through it, and the UTS namespace's name set by entering just that namespace. Limits go through
+   * `runc update`; the environment to the agent, which takes it only before its first process.
+   */
+  async assign(id: string, a: Assignment): Promise<void> {
+    if (a.hostname !== undefined) {
+      const etc = path.join(this.dirOf(id), 'rootfs/etc');
+      await fs.writeFile(path.join(etc, 'hostname'), `${a.hostname}\n`);
+      await fs.writeFile(path.join(etc, 'hosts'), `127.0.0.1\tlocalhost ${a.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`);
+      const state = JSON.parse(await fs.readFile(path.join(this.stateRoot, id, 'state.json'), 'utf8')) as { init_process_pid?: number };
+      if (!state.init_process_pid) throw new Error(`runc has no process for ${id}`);
+      await execFileP('nsenter', ['--target', String(state.init_process_pid), '--uts', 'hostname', a.hostname]);
+    }
+    if (a.limits) {
+      const quota = Math.round(a.limits.cpu * 100_000);
+      if (!(quota >= 1_000)) throw new Error(`cpu ${a.limits.cpu} is below the smallest quota (0.01 core)`);
+      const bytes = String(a.limits.memoryMb * 1024 * 1024);
+      await this.runcCall([
+        'update',
+        '--cpu-quota',
+        String(quota),
+        '--cpu-period',
+        '100000',
+        '--memory',
+        bytes,
+        '--memory-swap',
+        bytes,
+        '--pids-limit',
+        String(a.limits.pids),
+        id,
+      ]);
+    }
+    await this.agent(id).setBaseEnv(a.env);
+  }
+
+  async spareNetworks(count: number): Promise<boolean> {
+    return (await this.network?.spare(count)) ?? false;
   }
 
   async pause(id: string): Promise<void> {

@@ -31,6 +31,16 @@ export interface ContainerSpec {
   build?: boolean;
 }
 
+/** What a warm (pooled) container is given when it becomes a tenant's sandbox (ADR 0023). */
+export interface Assignment {
+  /** The base environment of every command (replaces the neutral one it was started with). */
+  env: Record<string, string>;
+  /** A hostname other than the one it was started with, or undefined to keep it. */
+  hostname?: string;
+  /** Limits other than the ones it was started with, or undefined to keep them. */
+  limits?: { cpu: number; memoryMb: number; pids: number };
+}
+
 export type ContainerStatus = 'running' | 'paused' | 'stopped';
 
 export interface SandboxRuntime {
@@ -42,6 +52,17 @@ export interface SandboxRuntime {
   readonly base: BaseInfo;
   /** Creates the writable layer if needed, mounts, and starts the container with its agent; resolves when the agent accepts requests. */
   start(spec: ContainerSpec): Promise<void>;
+  /**
+   * Gives a running container that no tenant has used (a pooled one) its tenant's environment, hostname and
+   * limits. Resolves once all of it holds; on failure the container must not be used (destroy it).
+   */
+  assign(id: string, a: Assignment): Promise<void>;
+  /**
+   * Keeps `count` network namespaces (veth on the bridge, address, route) made ahead, so a start with network
+   * takes one instead of making it; 0 removes them. Makes one at most per call (a caller on a timer spreads the
+   * work); true when it made or removed one. A no-op without networking.
+   */
+  spareNetworks(count: number): Promise<boolean>;
   pause(id: string): Promise<void>;
   resume(id: string): Promise<void>;
   /** Stops the container and unmounts; the writable layer stays (files survive). */
