@@ -221,7 +221,7 @@ static void reap_children(void) {
 /* ------------------------------------------------------------------------------------------------------ */
 
 struct limits {
-  long long wall_ms, cpu_ms, memory, pids, fsize, nofile, tmp_bytes, cpu_quota_pct;
+  long long wall_ms, cpu_ms, memory, pids, fsize, nofile, tmp_bytes, cpu_quota_pct, cpu_weight;
 };
 
 struct cg_stats {
@@ -235,8 +235,10 @@ struct cg_stats {
 struct cgroup {
   int ndirs;
   char dirs[MAX_CG_DIRS][PATH_MAX]; /* the run's cgroup directory in each distinct hierarchy */
-  int memory, pids, cpu, cpuacct, freezer; /* indexes into dirs */
+  int memory, pids, cpu, cpuacct, freezer; /* indexes into dirs (v1) */
   bool memsw;
+  bool v2_peak;            /* v2: memory.peak exists (kernel 5.19+) */
+  long long sampled_peak;  /* v2 without memory.peak: highest memory.current seen while waiting */
 };
 
 struct cg_driver {
@@ -251,6 +253,8 @@ struct cg_driver {
   int (*join)(const struct cgroup *cg, pid_t pid);
   /* CPU time used so far, in ns. */
   long long (*cpu_ns)(const struct cgroup *cg);
+  /* Called on every turn of the wait loop (may be NULL): samples what the kernel does not record. */
+  void (*sample)(struct cgroup *cg);
   /* Kills every process in the run's cgroups and waits until they are gone. */
   void (*kill_all)(const struct cgroup *cg);
   void (*stats)(const struct cgroup *cg, struct cg_stats *st);
@@ -264,7 +268,7 @@ static const char *const v1_controllers[] = {"memory", "pids", "cpu", "cpuacct",
 #define V1_NCONTROLLERS (int)(sizeof v1_controllers / sizeof v1_controllers[0])
 
 static void cg_path(char *out, const struct cgroup *cg, int idx, const char *file) {
-  snprintf(out, PATH_MAX, "%s/%s", cg->dirs[idx], file);
+  if (snprintf(out, PATH_MAX, "%s/%s", cg->dirs[idx], file) >= PATH_MAX) out[0] = '\0';
 }
 
 static void v1_destroy(const struct cgroup *cg) {
@@ -356,6 +360,11 @@ static int v1_create(struct cgroup *cg, const char *root, const char *parent, co
     if ((e = write_file(path, "100000")) != 0) goto write_fail;
     snprintf(value, sizeof value, "%lld", l->cpu_quota_pct * 1000);
     cg_path(path, cg, cg->cpu, "cpu.cfs_quota_us");
+    if ((e = write_file(path, value)) != 0) goto write_fail;
+  }
+  if (l->cpu_weight > 0) { /* v2's cpu.weight 1..10000 (default 100) as v1 shares (default 1024) */
+    snprintf(value, sizeof value, "%lld", l->cpu_weight * 1024 / 100 < 2 ? 2 : l->cpu_weight * 1024 / 100);
+    cg_path(path, cg, cg->cpu, "cpu.shares");
     if ((e = write_file(path, value)) != 0) goto write_fail;
   }
   return 0;
@@ -456,19 +465,236 @@ static const struct cg_driver cg_v1 = {
     .create = v1_create,
     .join = v1_join,
     .cpu_ns = v1_cpu_ns,
+    .sample = NULL,
     .kill_all = v1_kill_all,
     .stats = v1_stats,
     .destroy = v1_destroy,
 };
 
-/* Picks the driver for this host. A v2 driver (unified hierarchy: memory.max, memory.swap.max, pids.max,
- * cpu.max, cgroup.kill, memory.events oom_kill, cpu.stat usage_usec) would be chosen here when
- * <root>/cgroup.controllers exists. */
+/* --- cgroup v2 ----------------------------------------------------------------------------------------- */
+
+/*
+ * One directory per run in the unified hierarchy: <root>/<parent>/<name>. <root> is the cgroup Hangar was
+ * given (the hierarchy's root, or the cgroup Hangar delegated to itself at start-up, see
+ * src/platform/isolation/cgroups.ts and docs/adr/0020-cgroup-v2.md); it must already have memory, pids and
+ * cpu enabled in its cgroup.subtree_control. The launcher enables them in <parent>'s cgroup.subtree_control,
+ * so every run gets its own limits. <parent> holds no processes (the "no internal processes" rule), only
+ * run directories (and, for sandboxes, runc's subtree).
+ */
+static const char *const v2_needed[] = {"memory", "pids", "cpu"};
+#define V2_NNEEDED (int)(sizeof v2_needed / sizeof v2_needed[0])
+
+/* Whether every needed controller is listed in a cgroup.controllers / cgroup.subtree_control file. */
+static const char *v2_missing(const char *file) {
+  char buf[512];
+  if (read_file(file, buf, sizeof buf) < 0) return v2_needed[0];
+  for (int i = 0; i < V2_NNEEDED; i++) {
+    bool found = false;
+    size_t len = strlen(v2_needed[i]);
+    for (char *p = buf; (p = strstr(p, v2_needed[i])) != NULL; p += len) {
+      if ((p == buf || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\n' || p[len] == '\0')) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) return v2_needed[i];
+  }
+  return NULL;
+}
+
+static void v2_destroy(const struct cgroup *cg) {
+  for (int tries = 0; tries < 1000; tries++) {
+    if (rmdir(cg->dirs[0]) == 0 || errno == ENOENT) break;
+    if (errno != EBUSY) break;
+    reap_children();
+    sleep_us(1000);
+  }
+}
+
+static int v2_open(struct cgroup *cg, const char *root, const char *parent, const char *name, bool create,
+                   char *err, size_t errlen) {
+  char path[PATH_MAX];
+  memset(cg, 0, sizeof *cg);
+  cg->ndirs = 1;
+  if (snprintf(cg->dirs[0], PATH_MAX, "%s/%s/%s", root, parent, name) >= PATH_MAX) {
+    snprintf(err, errlen, "cgroup path too long under %s", root);
+    return -1;
+  }
+  if (!create) return 0;
+  const char *missing;
+  snprintf(path, sizeof path, "%s/cgroup.subtree_control", root);
+  if ((missing = v2_missing(path)) != NULL) {
+    snprintf(err, errlen,
+             "the '%s' controller is not enabled in %s (Hangar enables memory, pids and cpu there at start-up)",
+             missing, path);
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/%s", root, parent);
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/%s/cgroup.subtree_control", root, parent);
+  if (v2_missing(path) != NULL) {
+    int e = write_file(path, "+memory +pids +cpu");
+    if (e != 0) {
+      snprintf(err, errlen, "enabling memory, pids and cpu in %s: %s", path, strerror(-e));
+      return -1;
+    }
+  }
+  if (mkdir(cg->dirs[0], 0755) != 0) {
+    snprintf(err, errlen, "mkdir %s: %s", cg->dirs[0], strerror(errno));
+    return -1;
+  }
+  cg->v2_peak = snprintf(path, sizeof path, "%s/memory.peak", cg->dirs[0]) < (int)sizeof path && file_exists(path);
+  return 0;
+}
+
+static int v2_create(struct cgroup *cg, const char *root, const char *parent, const char *name,
+                     const struct limits *l, char *err, size_t errlen) {
+  char path[PATH_MAX], value[64];
+  int e;
+  if (v2_open(cg, root, parent, name, true, err, errlen) != 0) {
+    if (cg->dirs[0][0] && file_exists(cg->dirs[0])) v2_destroy(cg);
+    return -1;
+  }
+  snprintf(value, sizeof value, "%lld", l->memory);
+  cg_path(path, cg, 0, "memory.max");
+  if ((e = write_file(path, value)) != 0) goto write_fail;
+  /* No swap at all: memory.max is then the whole budget, as memsw makes it on v1. The file is absent when
+   * the kernel has no swap accounting (then there is no swap to control either way, or it cannot be). */
+  cg_path(path, cg, 0, "memory.swap.max");
+  if (file_exists(path) && (e = write_file(path, "0")) != 0) goto write_fail;
+
+  snprintf(value, sizeof value, "%lld", l->pids + HELPER_PROCS);
+  cg_path(path, cg, 0, "pids.max");
+  if ((e = write_file(path, value)) != 0) goto write_fail;
+
+  if (l->cpu_quota_pct > 0) {
+    snprintf(value, sizeof value, "%lld 100000", l->cpu_quota_pct * 1000);
+    cg_path(path, cg, 0, "cpu.max");
+    if ((e = write_file(path, value)) != 0) goto write_fail;
+  }
+  if (l->cpu_weight > 0) {
+    snprintf(value, sizeof value, "%lld", l->cpu_weight);
+    cg_path(path, cg, 0, "cpu.weight");
+    if ((e = write_file(path, value)) != 0) goto write_fail;
+  }
+  return 0;
+
+write_fail:
+  snprintf(err, errlen, "writing %s: %s", path, strerror(-e));
+  v2_destroy(cg);
+  return -1;
+}
+
+/*
+ * Writes "0" (the writer itself) to the run's cgroup.procs. The writer is root in the initial cgroup
+ * namespace and the run's cgroup lies in the subtree Hangar was delegated, so it may write the common
+ * ancestor's procs file (the source and the target are both below Hangar's own cgroup); with nsdelegate a
+ * move across a cgroup-namespace boundary would be refused, and none happens here.
+ */
+static int v2_join(const struct cgroup *cg, pid_t pid) {
+  char path[PATH_MAX];
+  if (pid != getpid()) return -EINVAL;
+  cg_path(path, cg, 0, "cgroup.procs");
+  return write_file(path, "0");
+}
+
+/* A "key value" line of a flat-keyed cgroup file (cpu.stat, memory.events, cgroup.events), or fallback. */
+static long long read_key(const char *path, const char *key, long long fallback) {
+  char buf[4096];
+  if (read_file(path, buf, sizeof buf) <= 0) return fallback;
+  size_t len = strlen(key);
+  for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    if (strncmp(p, key, len) == 0 && p[len] == ' ') return atoll(p + len + 1);
+  }
+  return fallback;
+}
+
+static long long v2_cpu_ns(const struct cgroup *cg) {
+  char path[PATH_MAX];
+  cg_path(path, cg, 0, "cpu.stat");
+  return read_key(path, "usage_usec", 0) * 1000;
+}
+
+/* Kernels before 5.19 have no memory.peak: the launcher then samples memory.current while it waits. */
+static void v2_sample(struct cgroup *cg) {
+  if (cg->v2_peak) return;
+  char path[PATH_MAX];
+  cg_path(path, cg, 0, "memory.current");
+  long long cur = read_ll(path, 0);
+  if (cur > cg->sampled_peak) cg->sampled_peak = cur;
+}
+
+/*
+ * Kills everything in the run and waits until the group is empty. cgroup.kill (5.14+) sends SIGKILL to
+ * every process in the subtree atomically with respect to forks. Older kernels: freeze (cgroup.freeze,
+ * waiting for "frozen 1" in cgroup.events), SIGKILL every pid in cgroup.procs, thaw, until empty.
+ */
+static void v2_kill_all(const struct cgroup *cg) {
+  char procs[PATH_MAX], killf[PATH_MAX], freeze[PATH_MAX], events[PATH_MAX];
+  cg_path(procs, cg, 0, "cgroup.procs");
+  cg_path(killf, cg, 0, "cgroup.kill");
+  cg_path(freeze, cg, 0, "cgroup.freeze");
+  cg_path(events, cg, 0, "cgroup.events");
+  bool can_kill = file_exists(killf);
+  for (int pass = 0; pass < 2000; pass++) {
+    reap_children();
+    if (procs_in(procs, false) == 0) break;
+    if (can_kill && write_file(killf, "1") == 0) {
+      /* the signals are queued; the processes leave the group as they exit */
+    } else {
+      write_file(freeze, "1");
+      for (int i = 0; i < 200; i++) { /* up to ~100 ms; a task stuck in the kernel can delay it */
+        if (read_key(events, "frozen", 0) == 1) break;
+        sleep_us(500);
+      }
+      procs_in(procs, true);
+      write_file(freeze, "0");
+    }
+    reap_children();
+    if (procs_in(procs, false) == 0) break;
+    sleep_us(pass < 10 ? 200 : 1000);
+  }
+  reap_children();
+}
+
+static void v2_stats(const struct cgroup *cg, struct cg_stats *st) {
+  char path[PATH_MAX];
+  memset(st, 0, sizeof *st);
+  st->cpu_ns = v2_cpu_ns(cg);
+  cg_path(path, cg, 0, "memory.events");
+  st->oom_kills = read_key(path, "oom_kill", 0);
+  st->mem_failcnt = read_key(path, "max", 0);
+  if (cg->v2_peak) {
+    cg_path(path, cg, 0, "memory.peak");
+    st->mem_peak = read_ll(path, 0);
+  } else {
+    st->mem_peak = cg->sampled_peak;
+  }
+}
+
+static const struct cg_driver cg_v2 = {
+    .name = "v2",
+    .open = v2_open,
+    .create = v2_create,
+    .join = v2_join,
+    .cpu_ns = v2_cpu_ns,
+    .sample = v2_sample,
+    .kill_all = v2_kill_all,
+    .stats = v2_stats,
+    .destroy = v2_destroy,
+};
+
+/* Picks the driver for this host: v2 when <root> is a directory of the unified hierarchy, else v1. */
 static const struct cg_driver *pick_driver(const char *root, char *err, size_t errlen) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/cgroup.controllers", root);
-  if (file_exists(path)) {
-    snprintf(err, errlen, "%s is a cgroup v2 (unified) hierarchy; only the cgroup v1 driver is implemented", root);
+  if (file_exists(path)) return &cg_v2;
+  snprintf(path, sizeof path, "%s/memory", root);
+  if (!file_exists(path)) {
+    snprintf(err, errlen, "%.400s is neither a cgroup v2 directory nor a cgroup v1 mount point", root);
     return NULL;
   }
   return &cg_v1;
@@ -525,7 +751,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: hangar-launcher run --uid N --gid N --workdir DIR --tools DIR [--bwrap PATH]\n"
           "         --wall-ms N --cpu-ms N --memory BYTES --pids N --fsize BYTES --nofile N [--tmp-bytes BYTES]\n"
-          "         [--cpu-quota-pct N] [--output-bytes N] [--output-slack N] [--cgroup-root DIR]\n"
+          "         [--cpu-quota-pct N] [--cpu-weight 1..10000] [--output-bytes N] [--output-slack N] [--cgroup-root DIR]\n"
           "         [--cgroup-parent NAME] [--report-fd N]\n"
           "         [--env K=V]... [--etc NAME]... [--ro DIR]... [--disable-userns] -- PROGRAM [ARGS...]\n"
           "       hangar-launcher workdir-create PATH UID GID BYTES\n"
@@ -596,6 +822,7 @@ static void parse_run(int argc, char **argv, struct run_opts *o) {
     else if (strcmp(a, "--nofile") == 0) o->lim.nofile = parse_num(a, v);
     else if (strcmp(a, "--tmp-bytes") == 0) o->lim.tmp_bytes = parse_num(a, v);
     else if (strcmp(a, "--cpu-quota-pct") == 0) o->lim.cpu_quota_pct = parse_num(a, v);
+    else if (strcmp(a, "--cpu-weight") == 0) o->lim.cpu_weight = parse_num(a, v);
     else if (strcmp(a, "--output-bytes") == 0) o->output_bytes = parse_num(a, v);
     else if (strcmp(a, "--output-slack") == 0) o->output_slack = parse_num(a, v);
     else if (strcmp(a, "--env") == 0) {
@@ -622,6 +849,7 @@ static void parse_run(int argc, char **argv, struct run_opts *o) {
     fail("--cgroup-parent must be one path component");
   if (o->lim.memory < 4 << 20) fail("--memory must be at least 4 MiB");
   if (o->lim.pids < 1) fail("--pids must be at least 1");
+  if (o->lim.cpu_weight > 10000) fail("--cpu-weight must be within 1..10000");
 }
 
 /* Never root, never a system account, never an account of the host: a sandbox uid owns nothing. */
@@ -1011,6 +1239,7 @@ static int cmd_run(int argc, char **argv) {
     if (!killed && !sandbox_done) {
       long long now = now_us();
       long long cpu = driver->cpu_ns(&run_cg);
+      if (driver->sample) driver->sample(&run_cg);
       if (now >= deadline || cpu >= cpu_limit_ns) {
         timeout = now >= deadline ? "wall" : "cpu";
         driver->kill_all(&run_cg);
@@ -1242,9 +1471,12 @@ static int cmd_sweep(int argc, char **argv) {
     return 1;
   }
   int removed = 0;
-  for (int c = 0; c < V1_NCONTROLLERS; c++) {
+  /* v1: the parent exists once per controller hierarchy; v2: once. A run's name is listed in each. */
+  int nparents = driver == &cg_v2 ? 1 : V1_NCONTROLLERS;
+  for (int c = 0; c < nparents; c++) {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/%s/%s", root, v1_controllers[c], parent);
+    if (driver == &cg_v2) snprintf(dir, sizeof dir, "%s/%s", root, parent);
+    else snprintf(dir, sizeof dir, "%s/%s/%s", root, v1_controllers[c], parent);
     DIR *d = opendir(dir);
     if (!d) continue;
     struct dirent *e;
@@ -1257,9 +1489,9 @@ static int cmd_sweep(int argc, char **argv) {
       /* Its launcher is gone: kill what is left of the run, then remove its cgroups everywhere. */
       struct cgroup cg;
       if (driver->open(&cg, root, parent, e->d_name, false, err, sizeof err) != 0) continue;
-      char fz[PATH_MAX];
-      cg_path(fz, &cg, cg.freezer, "cgroup.procs");
-      if (file_exists(fz)) driver->kill_all(&cg);
+      char procs[PATH_MAX];
+      cg_path(procs, &cg, driver == &cg_v2 ? 0 : cg.freezer, "cgroup.procs");
+      if (file_exists(procs)) driver->kill_all(&cg);
       driver->destroy(&cg);
       removed++;
     }
