@@ -8,9 +8,11 @@
  *   hangar-launcher sweep [--cgroup-root DIR] [--cgroup-parent NAME]
  *
  * `run` (see usage() for the options), in order:
- *   1. creates a fresh cgroup per run under <cgroup-root>/<controller>/<cgroup-parent>/<pid>-<starttime>
- *      (cgroup v1: memory (+memsw), pids, cpu, cpuacct, freezer) and writes the limits;
- *   2. forks; the child joins those cgroups *before* exec, sets rlimits (FSIZE, NOFILE, CORE=0, CPU as a
+ *   1. creates a fresh cgroup per run and writes the limits: cgroup v1 under
+ *      <cgroup-root>/<controller>/<cgroup-parent>/<pid>-<starttime> (memory (+memsw), pids, cpu, cpuacct,
+ *      freezer); cgroup v2 (when <cgroup-root> has cgroup.controllers) one directory
+ *      <cgroup-root>/<cgroup-parent>/<pid>-<starttime> (memory.max, memory.swap.max=0, pids.max, cpu.max);
+ *   2. forks (v2: clone3 straight into the run's cgroup); the child joins those cgroups *before* exec, sets rlimits (FSIZE, NOFILE, CORE=0, CPU as a
  *      backstop), drops to the unprivileged sandbox uid (setgroups(0) + setresgid + setresuid: bwrap started
  *      as root would keep root's capabilities and could write host files), asks for SIGKILL if the launcher
  *      dies, and execs bwrap with --unshare-all (net included: only a loopback inside), --die-with-parent,
@@ -19,7 +21,7 @@
  *      sandboxed tools) read-only at /.hangar, and a read-only root;
  *   3. inside, hangar-reaper (pid 1) runs PROGRAM and reports its exact status and peak RSS on a pipe;
  *   4. the launcher enforces the wall-clock limit and the CPU-time limit of the whole tree (cpuacct), kills
- *      the whole cgroup race-free through the freezer (freeze, SIGKILL all, thaw, until empty) on timeout,
+ *      the whole cgroup race-free (v2: cgroup.kill; v1 and old v2 kernels: freeze, SIGKILL all, thaw, until empty) on timeout,
  *      abort (SIGTERM/SIGINT/SIGHUP, also sent by the kernel if the caller dies) or at the end as a
  *      backstop, reads the OOM-kill counter and CPU usage, removes the cgroups, and writes one JSON line to
  *      the report fd (default 3).
@@ -35,8 +37,10 @@
  * /proc/self/mountinfo inside shows its root as "/", not a host path. `sweep` removes per-run cgroups whose
  * launcher no longer exists (a launcher killed with SIGKILL cannot clean up after itself).
  *
- * The cgroup code sits behind a small driver table (struct cg_driver) so a cgroup v2 driver can slot in
- * beside the v1 one; only v1 is implemented here (see docs/adr/0008-code-execution-isolation.md).
+ * The cgroup code sits behind a small driver table (struct cg_driver): cg_v1 and cg_v2, picked from
+ * --cgroup-root (docs/adr/0008-code-execution-isolation.md, docs/adr/0020-cgroup-v2.md). On v2 the caller
+ * (src/platform/isolation/cgroups.ts) passes its own delegated cgroup as --cgroup-root, with memory, pids and
+ * cpu enabled in its cgroup.subtree_control.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -251,6 +255,9 @@ struct cg_driver {
                 char *err, size_t errlen);
   /* Moves the calling process (pid) into the run's cgroups: called by the child itself, before exec. */
   int (*join)(const struct cgroup *cg, pid_t pid);
+  /* Forks a child that starts inside the run's cgroup (no migration; may be NULL). Returns like fork(), or -1
+   * when the kernel cannot (the caller then forks and the child joins). */
+  pid_t (*fork_into)(const struct cgroup *cg);
   /* CPU time used so far, in ns. */
   long long (*cpu_ns)(const struct cgroup *cg);
   /* Called on every turn of the wait loop (may be NULL): samples what the kernel does not record. */
@@ -464,6 +471,7 @@ static const struct cg_driver cg_v1 = {
     .open = v1_open,
     .create = v1_create,
     .join = v1_join,
+    .fork_into = NULL,
     .cpu_ns = v1_cpu_ns,
     .sample = NULL,
     .kill_all = v1_kill_all,
@@ -601,6 +609,36 @@ static int v2_join(const struct cgroup *cg, pid_t pid) {
   return write_file(path, "0");
 }
 
+/*
+ * clone3 with CLONE_INTO_CGROUP (kernel 5.7+): the child is born in the run's cgroup. Writing to cgroup.procs
+ * instead migrates a whole process, which takes cgroup_threadgroup_rwsem for writing and waits for an RCU grace
+ * period (~10 ms a run; v2 has no per-thread `tasks` file to side-step it as v1_join does). The launcher is
+ * single-threaded, so a raw clone3 (no atfork handlers) is as safe as fork() here; the child only execs.
+ */
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#define HL_CLONE_INTO_CGROUP 0x200000000ULL
+struct hl_clone_args {
+  unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+static pid_t v2_fork_into(const struct cgroup *cg) {
+  int fd = open(cg->dirs[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct hl_clone_args a;
+  memset(&a, 0, sizeof a);
+  a.flags = HL_CLONE_INTO_CGROUP;
+  a.exit_signal = SIGCHLD;
+  a.cgroup = (unsigned long long)fd;
+  long pid = syscall(SYS_clone3, &a, sizeof a);
+  if (pid == 0) return 0; /* the child: fd is close-on-exec */
+  int e = errno;
+  close(fd);
+  errno = e;
+  return pid < 0 ? -1 : (pid_t)pid;
+}
+
 /* A "key value" line of a flat-keyed cgroup file (cpu.stat, memory.events, cgroup.events), or fallback. */
 static long long read_key(const char *path, const char *key, long long fallback) {
   char buf[4096];
@@ -680,6 +718,7 @@ static const struct cg_driver cg_v2 = {
     .open = v2_open,
     .create = v2_create,
     .join = v2_join,
+    .fork_into = v2_fork_into,
     .cpu_ns = v2_cpu_ns,
     .sample = v2_sample,
     .kill_all = v2_kill_all,
@@ -727,6 +766,7 @@ struct run_opts {
 
 static struct cgroup run_cg;
 static const struct cg_driver *driver = NULL;
+static bool child_joined = false; /* the child was born in the run's cgroup (clone3 CLONE_INTO_CGROUP) */
 static bool cg_created = false;
 
 /* Ends `run` early with {"error": msg}, after removing whatever was created. */
@@ -979,7 +1019,7 @@ static void __attribute__((noreturn)) child_exec(const struct run_opts *o, pid_t
   signal(SIGPIPE, SIG_DFL); /* ignored signals survive exec: the program must get the default */
 
   step = "joining the cgroups";
-  if ((e = driver->join(&run_cg, getpid())) != 0) {
+  if (!child_joined && (e = driver->join(&run_cg, getpid())) != 0) {
     errno = -e;
     goto fail;
   }
@@ -1178,7 +1218,9 @@ static int cmd_run(int argc, char **argv) {
 
   long long t0 = now_us();
   pid_t launcher = getpid();
-  pid_t pid = fork();
+  pid_t pid = driver->fork_into ? driver->fork_into(&run_cg) : -1;
+  if (pid >= 0) child_joined = true;
+  else pid = fork();
   if (pid < 0) fail("fork: %s", strerror(errno));
   if (pid == 0) {
     /* The caller's stdio are replaced by the program's pipes: the sandbox never holds the caller's fds. */
