@@ -440,7 +440,7 @@ void iso.run({ argv: ['/bin/sh', '-c', 'sleep ${marker} & sleep ${marker}'], wor
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     try {
-      await until('the sandboxed sleeps to start', () => processesWith(`sleep\0${marker}`).length === 2, 20_000);
+      await until('the sandboxed sleeps to start', () => processesWith(`sleep\0${marker}`).length === 2, 60_000); // a slow (emulated) guest needs most of a minute to start Node
       child.kill('SIGKILL');
       await until('the sandbox to die with its Node process', () => processesWith(`sleep\0${marker}`).length === 0);
       await until('its cgroups to be removed', () => leakedCgroups().length === 0);
