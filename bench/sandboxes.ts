@@ -6,7 +6,8 @@
  *       POST /v1/sandboxes/{id}/commands `{ cmd: 'true' }`; then DELETE (not timed). ABBA-interleaved with (a);
  *   (c) POST /commands `true` in a running sandbox, against `runc exec <id> /bin/true` on the same container, ABBA;
  *   (d) POST /pause and POST /resume alternately, against `runc pause` / `runc resume` on the same
- *       container as (c), ABBA.
+ *       container as (c), ABBA; and the runtime's own pause()/resume() (the direct freezer write the API does
+ *       under its transaction, ADR 0020) in the same rotation, against the same runc baseline.
  *   (e) create-to-first-exec as (b) with `{ network: true }` and no pool (the network namespace comes from the
  *       runtime's spares, HANGAR_SANDBOX_SPARE_NETWORKS, default 2), ABBA against `runc exec` on (c)'s container;
  *   (f) create-to-first-exec from the warm pool (a second Hangar with HANGAR_SANDBOX_POOL=2, ADR 0023), network off
@@ -343,7 +344,23 @@ export async function run(argv: string[]): Promise<string> {
 
     // (d) pause/resume pairs over the API and with bare runc, ABBA. Bare pairs leave the container running, as recorded.
     console.log(`(d): ${iterations} POST /pause + /resume pairs and ${iterations} runc pause + resume pairs on the same sandbox (ABBA)`);
-    const pr = { pause: [] as number[], resume: [] as number[], barePause: [] as number[], bareResume: [] as number[] };
+    const pr = {
+      pause: [] as number[],
+      resume: [] as number[],
+      barePause: [] as number[],
+      bareResume: [] as number[],
+      rtPause: [] as number[],
+      rtResume: [] as number[],
+    };
+    const runtime = hangar.deps.sandboxes;
+    const runtimePair = async (record: boolean) => {
+      const p = await timed(() => runtime.pause(sbx));
+      const r = await timed(() => runtime.resume(sbx));
+      if (record) {
+        pr.rtPause.push(p);
+        pr.rtResume.push(r);
+      }
+    };
     const apiPair = async (record: boolean) => {
       const p = await timed(() => expect(api, 'POST', `/v1/sandboxes/${sbx}/pause`, 200));
       const r = await timed(() => expect(api, 'POST', `/v1/sandboxes/${sbx}/resume`, 200));
@@ -363,9 +380,10 @@ export async function run(argv: string[]): Promise<string> {
     for (let i = 0; i < WARMUPS; i++) {
       await apiPair(false);
       await barePair(false);
+      await runtimePair(false);
     }
     for (let i = 0; i < iterations; i++) {
-      const steps = [() => apiPair(true), () => barePair(true)];
+      const steps = [() => apiPair(true), () => barePair(true), () => runtimePair(true)];
       for (const step of i % 2 === 0 ? steps : steps.reverse()) await step();
     }
     await runTrue(api, sbx); // still usable after all that
@@ -429,6 +447,8 @@ export async function run(argv: string[]): Promise<string> {
       { label: '(d) API POST /pause', samples: pr.pause, baseline: pr.barePause, aim: AIMS.pause },
       { label: '(d) bare runc resume', samples: pr.bareResume },
       { label: '(d) API POST /resume', samples: pr.resume, baseline: pr.bareResume, aim: AIMS.resume },
+      { label: '(d) runtime pause() (freezer)', samples: pr.rtPause, baseline: pr.barePause },
+      { label: '(d) runtime resume() (freezer)', samples: pr.rtResume, baseline: pr.bareResume },
     ];
     const f = (x: number) => x.toFixed(1);
     console.log('');

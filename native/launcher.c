@@ -8,9 +8,11 @@
  *   hangar-launcher sweep [--cgroup-root DIR] [--cgroup-parent NAME]
  *
  * `run` (see usage() for the options), in order:
- *   1. creates a fresh cgroup per run under <cgroup-root>/<controller>/<cgroup-parent>/<pid>-<starttime>
- *      (cgroup v1: memory (+memsw), pids, cpu, cpuacct, freezer) and writes the limits;
- *   2. forks; the child joins those cgroups *before* exec, sets rlimits (FSIZE, NOFILE, CORE=0, CPU as a
+ *   1. creates a fresh cgroup per run and writes the limits: cgroup v1 under
+ *      <cgroup-root>/<controller>/<cgroup-parent>/<pid>-<starttime> (memory (+memsw), pids, cpu, cpuacct,
+ *      freezer); cgroup v2 (when <cgroup-root> has cgroup.controllers) one directory
+ *      <cgroup-root>/<cgroup-parent>/<pid>-<starttime> (memory.max, memory.swap.max=0, pids.max, cpu.max);
+ *   2. forks (v2: clone3 straight into the run's cgroup); the child joins those cgroups *before* exec, sets rlimits (FSIZE, NOFILE, CORE=0, CPU as a
  *      backstop), drops to the unprivileged sandbox uid (setgroups(0) + setresgid + setresuid: bwrap started
  *      as root would keep root's capabilities and could write host files), asks for SIGKILL if the launcher
  *      dies, and execs bwrap with --unshare-all (net included: only a loopback inside), --die-with-parent,
@@ -19,7 +21,7 @@
  *      sandboxed tools) read-only at /.hangar, and a read-only root;
  *   3. inside, hangar-reaper (pid 1) runs PROGRAM and reports its exact status and peak RSS on a pipe;
  *   4. the launcher enforces the wall-clock limit and the CPU-time limit of the whole tree (cpuacct), kills
- *      the whole cgroup race-free through the freezer (freeze, SIGKILL all, thaw, until empty) on timeout,
+ *      the whole cgroup race-free (v2: cgroup.kill; v1 and old v2 kernels: freeze, SIGKILL all, thaw, until empty) on timeout,
  *      abort (SIGTERM/SIGINT/SIGHUP, also sent by the kernel if the caller dies) or at the end as a
  *      backstop, reads the OOM-kill counter and CPU usage, removes the cgroups, and writes one JSON line to
  *      the report fd (default 3).
@@ -35,8 +37,10 @@
  * /proc/self/mountinfo inside shows its root as "/", not a host path. `sweep` removes per-run cgroups whose
  * launcher no longer exists (a launcher killed with SIGKILL cannot clean up after itself).
  *
- * The cgroup code sits behind a small driver table (struct cg_driver) so a cgroup v2 driver can slot in
- * beside the v1 one; only v1 is implemented here (see docs/adr/0008-code-execution-isolation.md).
+ * The cgroup code sits behind a small driver table (struct cg_driver): cg_v1 and cg_v2, picked from
+ * --cgroup-root (docs/adr/0008-code-execution-isolation.md, docs/adr/0020-cgroup-v2.md). On v2 the caller
+ * (src/platform/isolation/cgroups.ts) passes its own delegated cgroup as --cgroup-root, with memory, pids and
+ * cpu enabled in its cgroup.subtree_control.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -221,7 +225,7 @@ static void reap_children(void) {
 /* ------------------------------------------------------------------------------------------------------ */
 
 struct limits {
-  long long wall_ms, cpu_ms, memory, pids, fsize, nofile, tmp_bytes, cpu_quota_pct;
+  long long wall_ms, cpu_ms, memory, pids, fsize, nofile, tmp_bytes, cpu_quota_pct, cpu_weight;
 };
 
 struct cg_stats {
@@ -235,8 +239,10 @@ struct cg_stats {
 struct cgroup {
   int ndirs;
   char dirs[MAX_CG_DIRS][PATH_MAX]; /* the run's cgroup directory in each distinct hierarchy */
-  int memory, pids, cpu, cpuacct, freezer; /* indexes into dirs */
+  int memory, pids, cpu, cpuacct, freezer; /* indexes into dirs (v1) */
   bool memsw;
+  bool v2_peak;            /* v2: memory.peak exists (kernel 5.19+) */
+  long long sampled_peak;  /* v2 without memory.peak: highest memory.current seen while waiting */
 };
 
 struct cg_driver {
@@ -249,8 +255,13 @@ struct cg_driver {
                 char *err, size_t errlen);
   /* Moves the calling process (pid) into the run's cgroups: called by the child itself, before exec. */
   int (*join)(const struct cgroup *cg, pid_t pid);
+  /* Forks a child that starts inside the run's cgroup (no migration; may be NULL). Returns like fork(), or -1
+   * when the kernel cannot (the caller then forks and the child joins). */
+  pid_t (*fork_into)(const struct cgroup *cg);
   /* CPU time used so far, in ns. */
   long long (*cpu_ns)(const struct cgroup *cg);
+  /* Called on every turn of the wait loop (may be NULL): samples what the kernel does not record. */
+  void (*sample)(struct cgroup *cg);
   /* Kills every process in the run's cgroups and waits until they are gone. */
   void (*kill_all)(const struct cgroup *cg);
   void (*stats)(const struct cgroup *cg, struct cg_stats *st);
@@ -264,7 +275,7 @@ static const char *const v1_controllers[] = {"memory", "pids", "cpu", "cpuacct",
 #define V1_NCONTROLLERS (int)(sizeof v1_controllers / sizeof v1_controllers[0])
 
 static void cg_path(char *out, const struct cgroup *cg, int idx, const char *file) {
-  snprintf(out, PATH_MAX, "%s/%s", cg->dirs[idx], file);
+  if (snprintf(out, PATH_MAX, "%s/%s", cg->dirs[idx], file) >= PATH_MAX) out[0] = '\0';
 }
 
 static void v1_destroy(const struct cgroup *cg) {
@@ -356,6 +367,11 @@ static int v1_create(struct cgroup *cg, const char *root, const char *parent, co
     if ((e = write_file(path, "100000")) != 0) goto write_fail;
     snprintf(value, sizeof value, "%lld", l->cpu_quota_pct * 1000);
     cg_path(path, cg, cg->cpu, "cpu.cfs_quota_us");
+    if ((e = write_file(path, value)) != 0) goto write_fail;
+  }
+  if (l->cpu_weight > 0) { /* v2's cpu.weight 1..10000 (default 100) as v1 shares (default 1024) */
+    snprintf(value, sizeof value, "%lld", l->cpu_weight * 1024 / 100 < 2 ? 2 : l->cpu_weight * 1024 / 100);
+    cg_path(path, cg, cg->cpu, "cpu.shares");
     if ((e = write_file(path, value)) != 0) goto write_fail;
   }
   return 0;
@@ -455,20 +471,269 @@ static const struct cg_driver cg_v1 = {
     .open = v1_open,
     .create = v1_create,
     .join = v1_join,
+    .fork_into = NULL,
     .cpu_ns = v1_cpu_ns,
+    .sample = NULL,
     .kill_all = v1_kill_all,
     .stats = v1_stats,
     .destroy = v1_destroy,
 };
 
-/* Picks the driver for this host. A v2 driver (unified hierarchy: memory.max, memory.swap.max, pids.max,
- * cpu.max, cgroup.kill, memory.events oom_kill, cpu.stat usage_usec) would be chosen here when
- * <root>/cgroup.controllers exists. */
+/* --- cgroup v2 ----------------------------------------------------------------------------------------- */
+
+/*
+ * One directory per run in the unified hierarchy: <root>/<parent>/<name>. <root> is the cgroup Hangar was
+ * given (the hierarchy's root, or the cgroup Hangar delegated to itself at start-up, see
+ * src/platform/isolation/cgroups.ts and docs/adr/0020-cgroup-v2.md); it must already have memory, pids and
+ * cpu enabled in its cgroup.subtree_control. The launcher enables them in <parent>'s cgroup.subtree_control,
+ * so every run gets its own limits. <parent> holds no processes (the "no internal processes" rule), only
+ * run directories (and, for sandboxes, runc's subtree).
+ */
+static const char *const v2_needed[] = {"memory", "pids", "cpu"};
+#define V2_NNEEDED (int)(sizeof v2_needed / sizeof v2_needed[0])
+
+/* Whether every needed controller is listed in a cgroup.controllers / cgroup.subtree_control file. */
+static const char *v2_missing(const char *file) {
+  char buf[512];
+  if (read_file(file, buf, sizeof buf) < 0) return v2_needed[0];
+  for (int i = 0; i < V2_NNEEDED; i++) {
+    bool found = false;
+    size_t len = strlen(v2_needed[i]);
+    for (char *p = buf; (p = strstr(p, v2_needed[i])) != NULL; p += len) {
+      if ((p == buf || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\n' || p[len] == '\0')) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) return v2_needed[i];
+  }
+  return NULL;
+}
+
+static void v2_destroy(const struct cgroup *cg) {
+  for (int tries = 0; tries < 1000; tries++) {
+    if (rmdir(cg->dirs[0]) == 0 || errno == ENOENT) break;
+    if (errno != EBUSY) break;
+    reap_children();
+    sleep_us(1000);
+  }
+}
+
+static int v2_open(struct cgroup *cg, const char *root, const char *parent, const char *name, bool create,
+                   char *err, size_t errlen) {
+  char path[PATH_MAX];
+  memset(cg, 0, sizeof *cg);
+  cg->ndirs = 1;
+  if (snprintf(cg->dirs[0], PATH_MAX, "%s/%s/%s", root, parent, name) >= PATH_MAX) {
+    snprintf(err, errlen, "cgroup path too long under %s", root);
+    return -1;
+  }
+  if (!create) return 0;
+  const char *missing;
+  snprintf(path, sizeof path, "%s/cgroup.subtree_control", root);
+  if ((missing = v2_missing(path)) != NULL) {
+    snprintf(err, errlen,
+             "the '%s' controller is not enabled in %s (Hangar enables memory, pids and cpu there at start-up)",
+             missing, path);
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/%s", root, parent);
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/%s/cgroup.subtree_control", root, parent);
+  if (v2_missing(path) != NULL) {
+    int e = write_file(path, "+memory +pids +cpu");
+    if (e != 0) {
+      snprintf(err, errlen, "enabling memory, pids and cpu in %s: %s", path, strerror(-e));
+      return -1;
+    }
+  }
+  if (mkdir(cg->dirs[0], 0755) != 0) {
+    snprintf(err, errlen, "mkdir %s: %s", cg->dirs[0], strerror(errno));
+    return -1;
+  }
+  cg->v2_peak = snprintf(path, sizeof path, "%s/memory.peak", cg->dirs[0]) < (int)sizeof path && file_exists(path);
+  return 0;
+}
+
+static int v2_create(struct cgroup *cg, const char *root, const char *parent, const char *name,
+                     const struct limits *l, char *err, size_t errlen) {
+  char path[PATH_MAX], value[64];
+  int e;
+  if (v2_open(cg, root, parent, name, true, err, errlen) != 0) {
+    if (cg->dirs[0][0] && file_exists(cg->dirs[0])) v2_destroy(cg);
+    return -1;
+  }
+  snprintf(value, sizeof value, "%lld", l->memory);
+  cg_path(path, cg, 0, "memory.max");
+  if ((e = write_file(path, value)) != 0) goto write_fail;
+  /* No swap at all: memory.max is then the whole budget, as memsw makes it on v1. The file is absent when
+   * the kernel has no swap accounting (then there is no swap to control either way, or it cannot be). */
+  cg_path(path, cg, 0, "memory.swap.max");
+  if (file_exists(path) && (e = write_file(path, "0")) != 0) goto write_fail;
+
+  snprintf(value, sizeof value, "%lld", l->pids + HELPER_PROCS);
+  cg_path(path, cg, 0, "pids.max");
+  if ((e = write_file(path, value)) != 0) goto write_fail;
+
+  if (l->cpu_quota_pct > 0) {
+    snprintf(value, sizeof value, "%lld 100000", l->cpu_quota_pct * 1000);
+    cg_path(path, cg, 0, "cpu.max");
+    if ((e = write_file(path, value)) != 0) goto write_fail;
+  }
+  if (l->cpu_weight > 0) {
+    snprintf(value, sizeof value, "%lld", l->cpu_weight);
+    cg_path(path, cg, 0, "cpu.weight");
+    if ((e = write_file(path, value)) != 0) goto write_fail;
+  }
+  return 0;
+
+write_fail:
+  snprintf(err, errlen, "writing %s: %s", path, strerror(-e));
+  v2_destroy(cg);
+  return -1;
+}
+
+/*
+ * Writes "0" (the writer itself) to the run's cgroup.procs. The writer is root in the initial cgroup
+ * namespace and the run's cgroup lies in the subtree Hangar was delegated, so it may write the common
+ * ancestor's procs file (the source and the target are both below Hangar's own cgroup); with nsdelegate a
+ * move across a cgroup-namespace boundary would be refused, and none happens here.
+ */
+static int v2_join(const struct cgroup *cg, pid_t pid) {
+  char path[PATH_MAX];
+  if (pid != getpid()) return -EINVAL;
+  cg_path(path, cg, 0, "cgroup.procs");
+  return write_file(path, "0");
+}
+
+/*
+ * clone3 with CLONE_INTO_CGROUP (kernel 5.7+): the child is born in the run's cgroup. Writing to cgroup.procs
+ * instead migrates a whole process, which takes cgroup_threadgroup_rwsem for writing and waits for an RCU grace
+ * period (~10 ms a run; v2 has no per-thread `tasks` file to side-step it as v1_join does). The launcher is
+ * single-threaded, so a raw clone3 (no atfork handlers) is as safe as fork() here; the child only execs.
+ */
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#define HL_CLONE_INTO_CGROUP 0x200000000ULL
+struct hl_clone_args {
+  unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+static pid_t v2_fork_into(const struct cgroup *cg) {
+  int fd = open(cg->dirs[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct hl_clone_args a;
+  memset(&a, 0, sizeof a);
+  a.flags = HL_CLONE_INTO_CGROUP;
+  a.exit_signal = SIGCHLD;
+  a.cgroup = (unsigned long long)fd;
+  long pid = syscall(SYS_clone3, &a, sizeof a);
+  if (pid == 0) return 0; /* the child: fd is close-on-exec */
+  int e = errno;
+  close(fd);
+  errno = e;
+  return pid < 0 ? -1 : (pid_t)pid;
+}
+
+/* A "key value" line of a flat-keyed cgroup file (cpu.stat, memory.events, cgroup.events), or fallback. */
+static long long read_key(const char *path, const char *key, long long fallback) {
+  char buf[4096];
+  if (read_file(path, buf, sizeof buf) <= 0) return fallback;
+  size_t len = strlen(key);
+  for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    if (strncmp(p, key, len) == 0 && p[len] == ' ') return atoll(p + len + 1);
+  }
+  return fallback;
+}
+
+static long long v2_cpu_ns(const struct cgroup *cg) {
+  char path[PATH_MAX];
+  cg_path(path, cg, 0, "cpu.stat");
+  return read_key(path, "usage_usec", 0) * 1000;
+}
+
+/* Kernels before 5.19 have no memory.peak: the launcher then samples memory.current while it waits. */
+static void v2_sample(struct cgroup *cg) {
+  if (cg->v2_peak) return;
+  char path[PATH_MAX];
+  cg_path(path, cg, 0, "memory.current");
+  long long cur = read_ll(path, 0);
+  if (cur > cg->sampled_peak) cg->sampled_peak = cur;
+}
+
+/*
+ * Kills everything in the run and waits until the group is empty. cgroup.kill (5.14+) sends SIGKILL to
+ * every process in the subtree atomically with respect to forks. Older kernels: freeze (cgroup.freeze,
+ * waiting for "frozen 1" in cgroup.events), SIGKILL every pid in cgroup.procs, thaw, until empty.
+ */
+static void v2_kill_all(const struct cgroup *cg) {
+  char procs[PATH_MAX], killf[PATH_MAX], freeze[PATH_MAX], events[PATH_MAX];
+  cg_path(procs, cg, 0, "cgroup.procs");
+  cg_path(killf, cg, 0, "cgroup.kill");
+  cg_path(freeze, cg, 0, "cgroup.freeze");
+  cg_path(events, cg, 0, "cgroup.events");
+  bool can_kill = file_exists(killf);
+  for (int pass = 0; pass < 2000; pass++) {
+    reap_children();
+    if (procs_in(procs, false) == 0) break;
+    if (can_kill && write_file(killf, "1") == 0) {
+      /* the signals are queued; the processes leave the group as they exit */
+    } else {
+      write_file(freeze, "1");
+      for (int i = 0; i < 200; i++) { /* up to ~100 ms; a task stuck in the kernel can delay it */
+        if (read_key(events, "frozen", 0) == 1) break;
+        sleep_us(500);
+      }
+      procs_in(procs, true);
+      write_file(freeze, "0");
+    }
+    reap_children();
+    if (procs_in(procs, false) == 0) break;
+    sleep_us(pass < 10 ? 200 : 1000);
+  }
+  reap_children();
+}
+
+static void v2_stats(const struct cgroup *cg, struct cg_stats *st) {
+  char path[PATH_MAX];
+  memset(st, 0, sizeof *st);
+  st->cpu_ns = v2_cpu_ns(cg);
+  cg_path(path, cg, 0, "memory.events");
+  st->oom_kills = read_key(path, "oom_kill", 0);
+  st->mem_failcnt = read_key(path, "max", 0);
+  if (cg->v2_peak) {
+    cg_path(path, cg, 0, "memory.peak");
+    st->mem_peak = read_ll(path, 0);
+  } else {
+    st->mem_peak = cg->sampled_peak;
+  }
+}
+
+static const struct cg_driver cg_v2 = {
+    .name = "v2",
+    .open = v2_open,
+    .create = v2_create,
+    .join = v2_join,
+    .fork_into = v2_fork_into,
+    .cpu_ns = v2_cpu_ns,
+    .sample = v2_sample,
+    .kill_all = v2_kill_all,
+    .stats = v2_stats,
+    .destroy = v2_destroy,
+};
+
+/* Picks the driver for this host: v2 when <root> is a directory of the unified hierarchy, else v1. */
 static const struct cg_driver *pick_driver(const char *root, char *err, size_t errlen) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/cgroup.controllers", root);
-  if (file_exists(path)) {
-    snprintf(err, errlen, "%s is a cgroup v2 (unified) hierarchy; only the cgroup v1 driver is implemented", root);
+  if (file_exists(path)) return &cg_v2;
+  snprintf(path, sizeof path, "%s/memory", root);
+  if (!file_exists(path)) {
+    snprintf(err, errlen, "%.400s is neither a cgroup v2 directory nor a cgroup v1 mount point", root);
     return NULL;
   }
   return &cg_v1;
@@ -501,6 +766,7 @@ struct run_opts {
 
 static struct cgroup run_cg;
 static const struct cg_driver *driver = NULL;
+static bool child_joined = false; /* the child was born in the run's cgroup (clone3 CLONE_INTO_CGROUP) */
 static bool cg_created = false;
 
 /* Ends `run` early with {"error": msg}, after removing whatever was created. */
@@ -525,7 +791,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: hangar-launcher run --uid N --gid N --workdir DIR --tools DIR [--bwrap PATH]\n"
           "         --wall-ms N --cpu-ms N --memory BYTES --pids N --fsize BYTES --nofile N [--tmp-bytes BYTES]\n"
-          "         [--cpu-quota-pct N] [--output-bytes N] [--output-slack N] [--cgroup-root DIR]\n"
+          "         [--cpu-quota-pct N] [--cpu-weight 1..10000] [--output-bytes N] [--output-slack N] [--cgroup-root DIR]\n"
           "         [--cgroup-parent NAME] [--report-fd N]\n"
           "         [--env K=V]... [--etc NAME]... [--ro DIR]... [--disable-userns] -- PROGRAM [ARGS...]\n"
           "       hangar-launcher workdir-create PATH UID GID BYTES\n"
@@ -596,6 +862,7 @@ static void parse_run(int argc, char **argv, struct run_opts *o) {
     else if (strcmp(a, "--nofile") == 0) o->lim.nofile = parse_num(a, v);
     else if (strcmp(a, "--tmp-bytes") == 0) o->lim.tmp_bytes = parse_num(a, v);
     else if (strcmp(a, "--cpu-quota-pct") == 0) o->lim.cpu_quota_pct = parse_num(a, v);
+    else if (strcmp(a, "--cpu-weight") == 0) o->lim.cpu_weight = parse_num(a, v);
     else if (strcmp(a, "--output-bytes") == 0) o->output_bytes = parse_num(a, v);
     else if (strcmp(a, "--output-slack") == 0) o->output_slack = parse_num(a, v);
     else if (strcmp(a, "--env") == 0) {
@@ -622,6 +889,7 @@ static void parse_run(int argc, char **argv, struct run_opts *o) {
     fail("--cgroup-parent must be one path component");
   if (o->lim.memory < 4 << 20) fail("--memory must be at least 4 MiB");
   if (o->lim.pids < 1) fail("--pids must be at least 1");
+  if (o->lim.cpu_weight > 10000) fail("--cpu-weight must be within 1..10000");
 }
 
 /* Never root, never a system account, never an account of the host: a sandbox uid owns nothing. */
@@ -751,7 +1019,7 @@ static void __attribute__((noreturn)) child_exec(const struct run_opts *o, pid_t
   signal(SIGPIPE, SIG_DFL); /* ignored signals survive exec: the program must get the default */
 
   step = "joining the cgroups";
-  if ((e = driver->join(&run_cg, getpid())) != 0) {
+  if (!child_joined && (e = driver->join(&run_cg, getpid())) != 0) {
     errno = -e;
     goto fail;
   }
@@ -950,7 +1218,9 @@ static int cmd_run(int argc, char **argv) {
 
   long long t0 = now_us();
   pid_t launcher = getpid();
-  pid_t pid = fork();
+  pid_t pid = driver->fork_into ? driver->fork_into(&run_cg) : -1;
+  if (pid >= 0) child_joined = true;
+  else pid = fork();
   if (pid < 0) fail("fork: %s", strerror(errno));
   if (pid == 0) {
     /* The caller's stdio are replaced by the program's pipes: the sandbox never holds the caller's fds. */
@@ -1011,6 +1281,7 @@ static int cmd_run(int argc, char **argv) {
     if (!killed && !sandbox_done) {
       long long now = now_us();
       long long cpu = driver->cpu_ns(&run_cg);
+      if (driver->sample) driver->sample(&run_cg);
       if (now >= deadline || cpu >= cpu_limit_ns) {
         timeout = now >= deadline ? "wall" : "cpu";
         driver->kill_all(&run_cg);
@@ -1242,9 +1513,12 @@ static int cmd_sweep(int argc, char **argv) {
     return 1;
   }
   int removed = 0;
-  for (int c = 0; c < V1_NCONTROLLERS; c++) {
+  /* v1: the parent exists once per controller hierarchy; v2: once. A run's name is listed in each. */
+  int nparents = driver == &cg_v2 ? 1 : V1_NCONTROLLERS;
+  for (int c = 0; c < nparents; c++) {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/%s/%s", root, v1_controllers[c], parent);
+    if (driver == &cg_v2) snprintf(dir, sizeof dir, "%s/%s", root, parent);
+    else snprintf(dir, sizeof dir, "%s/%s/%s", root, v1_controllers[c], parent);
     DIR *d = opendir(dir);
     if (!d) continue;
     struct dirent *e;
@@ -1257,9 +1531,9 @@ static int cmd_sweep(int argc, char **argv) {
       /* Its launcher is gone: kill what is left of the run, then remove its cgroups everywhere. */
       struct cgroup cg;
       if (driver->open(&cg, root, parent, e->d_name, false, err, sizeof err) != 0) continue;
-      char fz[PATH_MAX];
-      cg_path(fz, &cg, cg.freezer, "cgroup.procs");
-      if (file_exists(fz)) driver->kill_all(&cg);
+      char procs[PATH_MAX];
+      cg_path(procs, &cg, driver == &cg_v2 ? 0 : cg.freezer, "cgroup.procs");
+      if (file_exists(procs)) driver->kill_all(&cg);
       driver->destroy(&cg);
       removed++;
     }

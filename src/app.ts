@@ -89,6 +89,15 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     opts.isolation !== false && config.services.includes('orchestrator')
       ? await createIsolation()
       : unavailableIsolation('this process does not serve code execution (orchestrator service)');
+  if (isolation.cgroup) {
+    const { version, launcherRoot, parent, serviceLeaf, nsdelegate } = isolation.cgroup;
+    logger.info(
+      { cgroup: version, subtree: path.join(launcherRoot, parent), serviceLeaf, nsdelegate },
+      `code execution: sandboxes limited through cgroup ${version}`,
+    );
+  } else if (opts.isolation !== false && config.services.includes('orchestrator')) {
+    logger.warn({ reason: isolation.unavailableReason }, 'code execution is unavailable');
+  }
   const db = await openDb(config.database);
   let installId: string;
   try {

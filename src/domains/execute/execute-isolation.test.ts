@@ -10,6 +10,7 @@ import type { Isolation } from '../../platform/isolation/types.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { describeNeeding, isolationNeed } from '../../../test/needs.js';
 import { until } from '../../../test/helpers.js';
+import { hostHierarchy } from '../../../test/cgroups.js';
 
 /**
  * What a hostile or careless program can do, through the HTTP API in a real sandbox: limits end it with
@@ -50,6 +51,12 @@ describeNeeding(isolationNeed(isolation), 'execute: isolation and limits', () =>
     return { ...json(res), id: res.headers['x-execution-id'] as string };
   };
   const py = (code: string, extra: Record<string, unknown> = {}) => execute({ language: 'python', code, ...extra });
+
+  it('GET /v1/runtimes says which cgroup hierarchy limits the runs: the one the host boots with', async () => {
+    const res = await h.app.inject({ method: 'GET', url: '/v1/runtimes', headers: admin.headers });
+    expect(res.statusCode).toBe(200);
+    expect(json(res).meta.isolation).toEqual({ available: true, reason: null, cgroup: hostHierarchy });
+  });
 
   it('a busy loop is killed at run_timeout', async () => {
     const t0 = Date.now();
@@ -312,6 +319,7 @@ describe('execute: a host without working isolation', () => {
     const app = await appWith({
       available: false,
       unavailableReason: 'bwrap is not installed',
+      cgroup: null,
       createWorkDir: () => Promise.reject(new Error('must not be called')),
       run: () => Promise.reject(new Error('must not be called')),
       installTool: () => Promise.reject(new Error('must not be called')),
@@ -325,6 +333,7 @@ describe('execute: a host without working isolation', () => {
       // What is installed is still listed.
       const runtimes = await app.inject({ method: 'GET', url: '/v1/runtimes', headers: admin.headers });
       expect(json(runtimes).data.some((r: { language: string }) => r.language === 'bash')).toBe(true);
+      expect(json(runtimes).meta.isolation).toEqual({ available: false, reason: 'bwrap is not installed', cgroup: null });
     } finally {
       await app.close();
     }
@@ -335,6 +344,7 @@ describe('execute: a host without working isolation', () => {
     const app = await appWith({
       available: true,
       unavailableReason: null,
+      cgroup: null,
       createWorkDir: async () => {
         const { mkdtemp } = await import('node:fs/promises');
         const dir = await mkdtemp(path.join(tmpdir(), 'hangar-fake-box-'));

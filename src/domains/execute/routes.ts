@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { clientGone } from '../../platform/http/client-gone.js';
-import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
+import { ErrorBody, errorResponses, MetaSchema } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
 import { CancelledError } from './pool.js';
-import { ExecuteBody, ExecutionResult, Runtime } from './schemas.js';
+import { ExecuteBody, ExecutionResult, IsolationInfo, Runtime } from './schemas.js';
 import { createExecutor, executeCode, listRuntimes } from './service.js';
 
 const tags = ['code execution'];
@@ -60,10 +60,17 @@ export async function executeRoutes(app: App, deps: Deps) {
         tags,
         summary: 'Installed languages and versions',
         description:
-          'One entry per installed version, detected from this server’s toolchains at start-up. A language whose toolchain is missing is absent, and `POST /v1/execute` refuses it with a 400.',
-        response: { 200: envelope(z.array(Runtime)), ...errorResponses },
+          'One entry per installed version, detected from this server’s toolchains at start-up. A language whose toolchain is missing is absent, and `POST /v1/execute` refuses it with a 400. ' +
+          '`meta.isolation` says whether this server has a working sandbox and which cgroup hierarchy (`v1` or `v2`) limits its runs.',
+        response: { 200: z.object({ data: z.array(Runtime), meta: MetaSchema.extend({ isolation: IsolationInfo }) }), ...errorResponses },
       },
     },
-    async (req) => ok(req, listRuntimes(executor)),
+    async (req) => ({
+      data: listRuntimes(executor),
+      meta: {
+        requestId: req.id,
+        isolation: { available: deps.isolation.available, reason: deps.isolation.unavailableReason, cgroup: deps.isolation.cgroup?.version ?? null },
+      },
+    }),
   );
 }

@@ -106,3 +106,17 @@ export const Runtime = z
   })
   .meta({ id: 'Runtime' });
 export type Runtime = z.infer<typeof Runtime>;
+
+export const IsolationInfo = z
+  .object({
+    available: z.boolean().describe('Whether this server can run code in a sandbox at all'),
+    reason: z.string().nullable().describe('Why not, when `available` is false'),
+    cgroup: z
+      .enum(['v1', 'v2'])
+      .nullable()
+      .describe(
+        'The cgroup hierarchy runs are limited through (`v2`: the unified hierarchy, in a subtree Hangar delegates to itself); null when unavailable',
+      ),
+  })
+  .meta({ id: 'IsolationInfo' });
+export type IsolationInfo = z.infer<typeof IsolationInfo>;

@@ -8,6 +8,7 @@ import { expectActivity } from '../../../test/activity.js';
 import { FakeAgent } from '../../../test/fakes/agent.js';
 import { securitySuite } from '../../../test/security.js';
 import { parseSse, sleep, until } from '../../../test/helpers.js';
+import { hostHierarchy, sandboxCgroup } from '../../../test/cgroups.js';
 
 // ---- helpers: talk HTTP the way a client would -----------------------------------------------
 
@@ -153,9 +154,13 @@ describe('creating and reading sandboxes', () => {
     const box = await create(h, admin, { cpu: 0.1 });
     expect(box.cpu).toBe(0.1);
     // 0.1 core is a CFS quota of 10 ms per 100 ms period on the sandbox's cgroup (never 0, which means no limit).
-    const group = `/sys/fs/cgroup/cpu/hangar-sandboxes/${h.deps.installId}/${box.id}`;
-    expect(readFileSync(`${group}/cpu.cfs_quota_us`, 'utf8').trim()).toBe('10000');
-    expect(readFileSync(`${group}/cpu.cfs_period_us`, 'utf8').trim()).toBe('100000');
+    const group = await sandboxCgroup(h.deps.installId, box.id, 'cpu');
+    if (hostHierarchy === 'v2') {
+      expect(readFileSync(`${group}/cpu.max`, 'utf8').trim()).toBe('10000 100000');
+    } else {
+      expect(readFileSync(`${group}/cpu.cfs_quota_us`, 'utf8').trim()).toBe('10000');
+      expect(readFileSync(`${group}/cpu.cfs_period_us`, 'utf8').trim()).toBe('100000');
+    }
   });
 
   it('takes diskMb within the server bounds, returns it, and refuses values outside them naming diskMb', async () => {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { z } from 'zod';
+import type { CgroupInfo } from './cgroups.js';
 import type { Isolation, Limits, RunResult, RunSpec, WorkDir } from './types.js';
 import type { UidSlots } from './uid-slots.js';
 
@@ -34,8 +35,8 @@ export interface BwrapConfig {
   bwrapPath: string;
   /** Root-owned, mode 0711: work directories are created here. */
   workRoot: string;
-  cgroupRoot: string;
-  cgroupParent: string;
+  /** The hierarchy and Hangar's subtree in it (cgroups.ts): gives the launcher --cgroup-root and --cgroup-parent. */
+  cgroup: CgroupInfo;
   /** tmpfs size of each work directory (its disk limit). */
   workDirBytes: number;
   /** tmpfs size of /tmp inside each sandbox. */
@@ -50,6 +51,8 @@ export interface BwrapConfig {
   disableUserns: boolean;
   /** CFS quota per run in percent of one CPU, or null for none. */
   cpuQuotaPct: number | null;
+  /** CPU weight per run (1..10000), or null for the kernel's default. */
+  cpuWeight: number | null;
   /** Output read and discarded past Limits.outputBytes before the pipe is closed on the program. */
   outputSlackBytes: number;
 }
@@ -85,6 +88,9 @@ const signalName = (n: number) => SIGNAL_NAMES.get(n) ?? `SIG${n}`;
 export class BwrapIsolation implements Isolation {
   readonly available = true;
   readonly unavailableReason = null;
+  get cgroup(): CgroupInfo {
+    return this.cfg.cgroup;
+  }
   private readonly workDirs = new Map<string, number>();
   /** Runs in progress per work dir: disposing of a work dir ends them first, so its uid is free when released. */
   private readonly inFlight = new Map<string, Set<{ kill(): void; done: Promise<unknown> }>>();
@@ -161,9 +167,9 @@ export class BwrapIsolation implements Isolation {
       '--bwrap',
       this.cfg.bwrapPath,
       '--cgroup-root',
-      this.cfg.cgroupRoot,
+      this.cfg.cgroup.launcherRoot,
       '--cgroup-parent',
-      this.cfg.cgroupParent,
+      this.cfg.cgroup.parent,
       '--wall-ms',
       String(limits.wallMs),
       '--cpu-ms',
@@ -184,6 +190,7 @@ export class BwrapIsolation implements Isolation {
       String(this.cfg.outputSlackBytes),
       ...(this.cfg.disableUserns ? ['--disable-userns'] : []),
       ...(this.cfg.cpuQuotaPct ? ['--cpu-quota-pct', String(this.cfg.cpuQuotaPct)] : []),
+      ...(this.cfg.cpuWeight ? ['--cpu-weight', String(this.cfg.cpuWeight)] : []),
       ...this.cfg.etc.flatMap((e) => ['--etc', e]),
       ...this.cfg.readOnlyPaths.flatMap((p) => ['--ro', p]),
       ...Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]),
@@ -289,7 +296,7 @@ export class BwrapIsolation implements Isolation {
 
   /** Removes the cgroups of launchers that are gone. */
   async sweep(): Promise<void> {
-    await execFileP(this.cfg.launcherPath, ['sweep', '--cgroup-root', this.cfg.cgroupRoot, '--cgroup-parent', this.cfg.cgroupParent], {
+    await execFileP(this.cfg.launcherPath, ['sweep', '--cgroup-root', this.cfg.cgroup.launcherRoot, '--cgroup-parent', this.cfg.cgroup.parent], {
       env: {},
     }).catch(() => undefined);
   }

@@ -5,9 +5,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { BwrapIsolation, installCopy, type BwrapConfig } from './bwrap.js';
+import { CgroupUnavailable, cgroupSetup } from './cgroups.js';
 import type { Isolation, RunResult } from './types.js';
 import { UidSlots } from './uid-slots.js';
 
+export type { CgroupInfo } from './cgroups.js';
+export { cgroupSetup } from './cgroups.js';
 export type { Isolation, Limits, RunResult, RunSpec, RunStatus, WorkDir } from './types.js';
 
 const execFileP = promisify(execFile);
@@ -35,12 +38,16 @@ export interface IsolationOptions {
   readOnlyPaths?: readonly string[];
   /** CFS quota per run, in percent of one CPU (100 = one core); null for none. Default null. */
   cpuQuotaPct?: number | null;
+  /** CPU weight of each run among its siblings, 1..10000 (cgroup v2 cpu.weight; v1 cpu.shares = weight x 10.24); null: the kernel's default (100). */
+  cpuWeight?: number | null;
   /** Output read and dropped past Limits.outputBytes before the program's pipe is closed. Default 8 MiB. */
   outputSlackBytes?: number;
   bwrapPath?: string;
   /** Directory holding hangar-launcher and hangar-reaper. Default native/build of this package. */
   nativeDir?: string;
+  /** Where the cgroup hierarchy is mounted. Default /sys/fs/cgroup. */
   cgroupRoot?: string;
+  /** Name of Hangar's subtree (v1: below each controller's mount; v2: below Hangar's own cgroup). Default hangar. */
   cgroupParent?: string;
   /** Run /bin/true in a sandbox before declaring isolation available. Default true. */
   selfTest?: boolean;
@@ -48,7 +55,6 @@ export interface IsolationOptions {
 
 const MIB = 1024 * 1024;
 const NATIVE_DIR = fileURLToPath(new URL('../../../native/build/', import.meta.url));
-const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'freezer'];
 
 /** What the runtimes of the language registry need from the host's /etc, read-only. */
 export const DEFAULT_ETC: readonly string[] = ['ld.so.cache', 'alternatives', 'java-17-openjdk', 'mono', 'ssl/certs', 'ssl/openssl.cnf'];
@@ -87,7 +93,7 @@ export function createIsolation(opts: IsolationOptions = {}): Promise<Isolation>
 /** An Isolation that runs nothing and says why. */
 export function unavailableIsolation(reason: string): Isolation {
   const fail = () => Promise.reject(new Error(`code execution is unavailable: ${reason}`));
-  return { available: false, unavailableReason: reason, createWorkDir: fail, run: fail, installTool: fail };
+  return { available: false, unavailableReason: reason, cgroup: null, createWorkDir: fail, run: fail, installTool: fail };
 }
 
 async function create(opts: IsolationOptions): Promise<Isolation> {
@@ -110,6 +116,9 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   const toolsDir = path.resolve(opts.toolsDir ?? '/run/hangar-tools');
   const uidBase = opts.uidBase ?? 60000;
   const uidCount = opts.uidCount ?? 1024;
+  if (opts.cpuWeight != null && !(Number.isInteger(opts.cpuWeight) && opts.cpuWeight >= 1 && opts.cpuWeight <= 10000)) {
+    throw new Unavailable(`bad CPU weight ${opts.cpuWeight}: it must be an integer within 1..10000`);
+  }
   if (!Number.isInteger(uidBase) || !Number.isInteger(uidCount) || uidBase < 1000 || uidCount < 1 || uidBase + uidCount > 65534) {
     throw new Unavailable(`bad sandbox uid range ${uidBase}+${uidCount}: it must lie within 1000..65533`);
   }
@@ -122,14 +131,11 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
       throw new Unavailable(`the native isolation helpers are not built (no ${p}): run \`bash scripts/setup.sh\``);
     }
   }
-  if (await canAccess(path.join(cgroupRoot, 'cgroup.controllers'), constants.F_OK)) {
-    throw new Unavailable(`${cgroupRoot} is a cgroup v2 (unified) hierarchy; only the cgroup v1 driver is implemented so far`);
-  }
-  for (const c of V1_CONTROLLERS) {
-    if (!(await canAccess(path.join(cgroupRoot, c, 'cgroup.procs'), constants.W_OK))) {
-      throw new Unavailable(`the cgroup v1 controller '${c}' is not mounted (writable) at ${path.join(cgroupRoot, c)}`);
-    }
-  }
+  // cgroup v2 when the hierarchy is unified and Hangar can delegate memory, pids and cpu to its subtree, else v1.
+  const cgroup = await cgroupSetup(cgroupRoot, cgroupParent).catch((err: unknown) => {
+    if (err instanceof CgroupUnavailable) throw new Unavailable(err.message);
+    throw err;
+  });
   const help = await execFileP(bwrapPath, ['--help']).then(
     (r) => r.stdout,
     () => '',
@@ -164,8 +170,7 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
     toolsDir,
     bwrapPath,
     workRoot,
-    cgroupRoot,
-    cgroupParent,
+    cgroup,
     workDirBytes: opts.workDirBytes ?? 256 * MIB,
     tmpBytes: opts.tmpBytes ?? 256 * MIB,
     etc: opts.etc ?? DEFAULT_ETC,
@@ -173,6 +178,7 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
     baseEnv: DEFAULT_ENV,
     disableUserns: help.includes('--disable-userns'),
     cpuQuotaPct: opts.cpuQuotaPct ?? null,
+    cpuWeight: opts.cpuWeight ?? null,
     outputSlackBytes: opts.outputSlackBytes ?? 8 * MIB,
   };
   let isolation: BwrapIsolation | undefined;

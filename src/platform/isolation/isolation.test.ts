@@ -9,6 +9,7 @@ import { createIsolation, type Isolation, type Limits, type RunSpec, type WorkDi
 import { startTimeOf } from './uid-slots.js';
 import { describeNeeding, isolationNeed, itNeeding } from '../../../test/needs.js';
 import { until } from '../../../test/helpers.js';
+import { hostHierarchy } from '../../../test/cgroups.js';
 
 /**
  * The sandbox as a user of POST /v1/execute would meet it: what a program can and cannot do, how each way
@@ -65,11 +66,15 @@ function processesOf(uid: number): string[] {
   return found;
 }
 
-/** Run cgroups under <controller>/hangar/ whose launcher is gone: what a leak would look like. */
+/** Run cgroups (v1: under <controller>/hangar/, v2: under Hangar's subtree) whose launcher is gone: what a leak would look like. */
 function leakedCgroups(): string[] {
   const leaked: string[] = [];
-  for (const controller of ['memory', 'pids', 'cpu', 'cpuacct', 'freezer']) {
-    const dir = `/sys/fs/cgroup/${controller}/hangar`;
+  const cg = iso.cgroup;
+  const parents =
+    cg?.version === 'v2'
+      ? [{ controller: 'unified', dir: path.join(cg.launcherRoot, cg.parent) }]
+      : ['memory', 'pids', 'cpu', 'cpuacct', 'freezer'].map((controller) => ({ controller, dir: `/sys/fs/cgroup/${controller}/hangar` }));
+  for (const { controller, dir } of parents) {
     if (!existsSync(dir)) continue;
     for (const d of readdirSync(dir, { withFileTypes: true })) {
       const m = d.isDirectory() && /^(\d+)-(\d+)$/.exec(d.name);
@@ -89,10 +94,37 @@ function compileC(work: WorkDir, name: string, source: string): string {
 }
 
 describe('isolation availability', () => {
-  itNeeding(hostNeed, 'is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1, native helpers)', () => {
+  itNeeding(hostNeed, 'is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1 or v2, native helpers)', () => {
     expect(iso.unavailableReason).toBeNull();
     expect(iso.available).toBe(true);
   });
+
+  itNeeding(hostNeed, 'limits runs through the hierarchy the host boots with: cgroup v2 on a unified host, else v1', () => {
+    expect(iso.cgroup?.version).toBe(hostHierarchy);
+  });
+
+  itNeeding(
+    hostNeed,
+    'on cgroup v2, works in a subtree of its own: memory, pids and cpu delegated to it, no process left in a cgroup that has children',
+    () => {
+      const cg = iso.cgroup!;
+      if (cg.version === 'v1') {
+        expect(cg.subtree).toBeNull();
+        return;
+      }
+      const subtree = path.join(cg.launcherRoot, cg.parent);
+      for (const dir of [cg.launcherRoot, subtree]) {
+        expect(readFileSync(path.join(dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/)).toEqual(
+          expect.arrayContaining(['memory', 'pids', 'cpu']),
+        );
+      }
+      expect(readFileSync(path.join(subtree, 'cgroup.procs'), 'utf8').trim()).toBe('');
+      // Hangar's own cgroup holds no process unless it is the hierarchy's root (which the rule exempts).
+      const own = readFileSync('/proc/self/cgroup', 'utf8').match(/^0::(.*)$/m)![1]!;
+      if (path.join(cg.mount, own) === cg.launcherRoot) expect(own).toBe('/');
+      else expect(own).toBe(cg.serviceLeaf);
+    },
+  );
 
   it('says why when it is not, and then refuses to run anything rather than running it unisolated', async () => {
     const none = await createIsolation({ workRoot, bwrapPath: '/nonexistent/bwrap' });
@@ -408,7 +440,7 @@ void iso.run({ argv: ['/bin/sh', '-c', 'sleep ${marker} & sleep ${marker}'], wor
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     try {
-      await until('the sandboxed sleeps to start', () => processesWith(`sleep\0${marker}`).length === 2, 20_000);
+      await until('the sandboxed sleeps to start', () => processesWith(`sleep\0${marker}`).length === 2, 60_000); // a slow (emulated) guest needs most of a minute to start Node
       child.kill('SIGKILL');
       await until('the sandbox to die with its Node process', () => processesWith(`sleep\0${marker}`).length === 0);
       await until('its cgroups to be removed', () => leakedCgroups().length === 0);

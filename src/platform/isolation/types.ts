@@ -1,3 +1,5 @@
+import type { CgroupInfo } from './cgroups.js';
+
 /**
  * The contract between code execution (src/domains/execute) and the isolation layer.
  * One `IsolatedRun` is one process tree in fresh namespaces, as an unprivileged uid, in its own cgroup,
@@ -80,6 +82,8 @@ export interface Isolation {
   /** Whether real isolation is available on this host, and if not, why. */
   readonly available: boolean;
   readonly unavailableReason: string | null;
+  /** The cgroup hierarchy runs are limited through (v1 or v2) and Hangar's subtree in it; null when unavailable. */
+  readonly cgroup: CgroupInfo | null;
   /** A fresh, empty work directory owned by the sandbox user; `dispose` deletes it with everything in it. */
   createWorkDir(): Promise<WorkDir>;
   run(spec: RunSpec): Promise<RunResult>;

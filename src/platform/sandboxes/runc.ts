@@ -6,6 +6,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
+import { cgroupSetup, type CgroupInfo } from '../isolation/cgroups.js';
 import { AgentClient } from './agent-client.js';
 import { ensureBaseLayer, nameservers } from './base-layer.js';
 import { SandboxNetwork } from './network.js';
@@ -164,6 +165,8 @@ export class RuncRuntime implements SandboxRuntime {
     readonly base: BaseInfo,
     private readonly network: SandboxNetwork | null,
     readonly networkReason: string | null,
+    /** The cgroup hierarchy containers are limited through, and Hangar's subtree in it (ADR 0020). */
+    readonly cgroup: CgroupInfo,
   ) {
     this.installDir = path.join(opts.dir, opts.installId);
     this.stateRoot = path.join('/run/hangar/runc', opts.installId);
@@ -193,6 +196,8 @@ export class RuncRuntime implements SandboxRuntime {
     await fs.access('/dev/loop-control').catch(() => {
       throw new Error('the kernel has no loop devices (/dev/loop-control); sandbox disks are loop-mounted images');
     });
+    // runc's cgroupfs driver on either hierarchy; on v2 inside the subtree Hangar delegates to itself (ADR 0020).
+    const cgroup = await cgroupSetup();
     await fs.mkdir(path.join(opts.dir, opts.installId, 'containers'), { recursive: true, mode: 0o700 });
     await fs.mkdir(path.join(opts.dir, opts.installId, 'layers'), { recursive: true, mode: 0o700 });
     await fs.chmod(opts.dir, 0o711).catch(() => undefined);
@@ -206,7 +211,7 @@ export class RuncRuntime implements SandboxRuntime {
       networkReason = `sandbox networking could not be set up on this host: ${(err as Error).message}`;
       opts.log.warn({ err }, networkReason);
     }
-    const runtime = new RuncRuntime(opts, root, usr, info, network, networkReason);
+    const runtime = new RuncRuntime(opts, root, usr, info, network, networkReason, cgroup);
     runtime.agentPath = await stageAgent(opts.agentBinary);
     return runtime;
   }
@@ -331,12 +336,58 @@ export class RuncRuntime implements SandboxRuntime {
     return (await this.network?.spare(count)) ?? false;
   }
 
+  /**
+   * Freezes the container through its cgroup's freezer directly (v1 freezer.state, v2 cgroup.freeze) and waits until
+   * the kernel says frozen: what `runc pause` does, without starting a runc process (~10 ms). runc keeps no paused
+   * flag of its own: `runc list`/`state` read the freezer, so they report it paused all the same (ADR 0020). A
+   * container whose cgroup is not there (gone, or never started) goes through runc, which says why.
+   */
   async pause(id: string): Promise<void> {
-    await this.runcCall(['pause', id]);
+    if (!(await this.freeze(id, true))) await this.runcCall(['pause', id]);
   }
 
   async resume(id: string): Promise<void> {
-    await this.runcCall(['resume', id]);
+    if (!(await this.freeze(id, false))) await this.runcCall(['resume', id]);
+  }
+
+  /** The container's cgroup directory (the freezer's on v1) under the mount. */
+  private cgroupDir(id: string): string {
+    if (this.cgroup.version === 'v1') return path.join(this.cgroup.mount, 'freezer', this.cgroupsPath(id));
+    return path.join(this.cgroup.mount, this.cgroupsPath(id));
+  }
+
+  /** runc's cgroupsPath (relative to the mount, or to each v1 controller's mount). */
+  private cgroupsPath(id: string): string {
+    if (this.cgroup.version === 'v1') return `/hangar-sandboxes/${this.opts.installId}/${id}`;
+    return `${this.cgroup.subtree}/sandboxes/${this.opts.installId}/${id}`;
+  }
+
+  /** Freezes or thaws through the cgroup; false when the container has no cgroup (left to runc). */
+  private async freeze(id: string, frozen: boolean): Promise<boolean> {
+    const dir = this.cgroupDir(id);
+    const v1 = this.cgroup.version === 'v1';
+    const [file, value] = v1 ? ['freezer.state', frozen ? 'FROZEN' : 'THAWED'] : ['cgroup.freeze', frozen ? '1' : '0'];
+    try {
+      await fs.writeFile(path.join(dir, file), value);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw new Error(`${frozen ? 'pausing' : 'resuming'} ${id}: ${(err as Error).message}`);
+    }
+    // The kernel freezes task by task; done when v1 says FROZEN / v2's cgroup.events says "frozen 1".
+    const done = async () => {
+      if (v1) return (await fs.readFile(path.join(dir, 'freezer.state'), 'utf8')).trim() === value;
+      return /^frozen (\d)$/m.exec(await fs.readFile(path.join(dir, 'cgroup.events'), 'utf8'))?.[1] === value;
+    };
+    const deadline = Date.now() + 5_000;
+    for (let wait = 0; !(await done()); wait = Math.min(wait + 1, 20)) {
+      if (Date.now() > deadline) {
+        // A task stuck in the kernel (e.g. uninterruptible I/O) keeps it freezing: leave the container running.
+        if (frozen) await fs.writeFile(path.join(dir, file), v1 ? 'THAWED' : '0').catch(() => undefined);
+        throw new Error(`${frozen ? 'pausing' : 'resuming'} ${id}: the cgroup did not ${frozen ? 'freeze' : 'thaw'} within 5 s`);
+      }
+      await new Promise((r) => setTimeout(r, wait));
+    }
+    return true;
   }
 
   async stop(id: string): Promise<void> {
@@ -391,9 +442,14 @@ export class RuncRuntime implements SandboxRuntime {
     }
     await fs.rm(this.installDir, { recursive: true, force: true });
     await fs.rm(this.stateRoot, { recursive: true, force: true });
-    // runc removes each container's cgroup; the installation's parent group stays in every controller.
-    for (const controller of await fs.readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
-      await fs.rmdir(path.join('/sys/fs/cgroup', controller, 'hangar-sandboxes', this.opts.installId)).catch(() => undefined);
+    // runc removes each container's cgroup; the installation's parent group stays (in every controller on v1).
+    const { mount } = this.cgroup;
+    if (this.cgroup.version === 'v2') {
+      await fs.rmdir(path.join(mount, `${this.cgroup.subtree}/sandboxes`, this.opts.installId)).catch(() => undefined);
+    } else {
+      for (const controller of await fs.readdir(mount).catch(() => [] as string[])) {
+        await fs.rmdir(path.join(mount, controller, 'hangar-sandboxes', this.opts.installId)).catch(() => undefined);
+      }
     }
   }
 
@@ -538,7 +594,10 @@ export class RuncRuntime implements SandboxRuntime {
           { type: 'mount' },
           { type: 'cgroup' },
         ],
-        cgroupsPath: `/hangar-sandboxes/${this.opts.installId}/${spec.id}`,
+        // cgroupfs driver, also on systemd hosts: the subtree is Hangar's own (delegated), not systemd's (ADR 0020).
+        // On v2 runc maps these to memory.max, memory.swap.max = swap - limit = 0 (no swap), cpu.max, pids.max and
+        // an eBPF device filter.
+        cgroupsPath: this.cgroupsPath(spec.id),
         resources: {
           devices: [{ allow: false, access: 'rwm' }],
           memory: { limit: spec.memoryMb * 1024 * 1024, swap: spec.memoryMb * 1024 * 1024 },
