@@ -281,6 +281,7 @@ function specOf(deps: Deps, row: Row, template: ResolvedTemplate): ContainerSpec
   return {
     id: row.id,
     layers: template.layers,
+    image: template.image,
     uid: row.uid!,
     hostname:
       row.name

@@ -6,7 +6,8 @@ import { errors } from '../http/errors.js';
 import { RuncRuntime } from './runc.js';
 import type { SandboxRuntime } from './types.js';
 
-export type { BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
+export type { BaseInfo, ContainerSpec, ContainerStatus, Layer, OsImage, OsImageStore, SandboxRuntime } from './types.js';
+export { KNOWN_OS, OS_DEFINITIONS, mirrorSetting } from './os-images.js';
 export {
   AGENT_LIMITS,
   AgentClient,
@@ -28,6 +29,7 @@ export async function createSandboxRuntime(config: SandboxConfig, installId: str
       agentBinary: AGENT_BINARY,
       subnetOctet: config.subnetOctet,
       networkAllow: config.networkAllow,
+      mirrors: config.mirrors,
       log,
     });
   } catch (err) {
@@ -65,6 +67,12 @@ export function unavailableSandboxRuntime(reason: string): SandboxRuntime {
     unavailableReason: reason,
     networkReason: reason,
     base: { os: 'unknown', osName: 'unknown', description: `unavailable: ${reason}` },
+    images: {
+      probe: async () => reason,
+      buildable: async () => reason,
+      ensure: fail,
+      find: async () => null,
+    },
     start: fail,
     pause: fail,
     resume: fail,
