@@ -74,49 +74,62 @@ describeNeeding(need, 'templates on a debian-12 image built from the real mirror
   });
   afterAll(() => h?.close());
 
-  it('builds the image, installs apt packages from the mirror in it, and a sandbox runs Debian 12 with them', async () => {
-    const res = await api.call('POST', '/v1/templates', { slug: 'deb-jq', name: 'Debian with jq', os: 'debian-12', apt: ['jq'] });
-    expect(res.statusCode, res.body).toBe(201);
-    // The first run on a machine builds the image (mmdebstrap, ~1-3 minutes); later runs reuse it.
-    const t = await api.waitForBuild('deb-jq', 15 * 60_000);
-    expect(t, await api.log('deb-jq')).toMatchObject({ status: 'ready', os: 'debian-12', osImage: true, parent: null, error: null });
-    expect(t.runs).toContain('Debian GNU/Linux 12 (bookworm) (an image built from its distribution');
-    expect(t.packages.apt).toEqual(['jq']);
-    const log = await api.log('deb-jq');
-    expect(log).toContain('Building template deb-jq on an image of debian-12');
-    expect(log).toMatch(/Setting up jq/);
+  it(
+    'builds the image, installs apt packages from the mirror in it, and a sandbox runs Debian 12 with them',
+    async () => {
+      const res = await api.call('POST', '/v1/templates', { slug: 'deb-jq', name: 'Debian with jq', os: 'debian-12', apt: ['jq'] });
+      expect(res.statusCode, res.body).toBe(201);
+      // The first run on a machine builds the image (mmdebstrap, ~1-3 minutes); later runs reuse it.
+      const t = await api.waitForBuild('deb-jq', 15 * 60_000);
+      expect(t, await api.log('deb-jq')).toMatchObject({ status: 'ready', os: 'debian-12', osImage: true, parent: null, error: null });
+      expect(t.runs).toContain('Debian GNU/Linux 12 (bookworm) (an image built from its distribution');
+      expect(t.packages.apt).toEqual(['jq']);
+      const log = await api.log('deb-jq');
+      expect(log).toContain('Building template deb-jq on an image of debian-12');
+      expect(log).toMatch(/Setting up jq/);
 
-    const sbx = await api.call('POST', '/v1/sandboxes', { template: 'deb-jq', network: false });
-    expect(sbx.statusCode, sbx.body).toBe(201);
-    const id = json(sbx).data.id as string;
-    const osRelease = await api.run(id, 'cat /etc/os-release');
-    expect(osRelease.stdout).toContain('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"');
-    expect((await api.run(id, `echo '{"a":[1,2]}' | jq -c .a`)).stdout).toBe('[1,2]\n');
-    // It is the image, not this server's userland: the host's toolchains are not there, the sandbox user is.
-    expect((await api.run(id, 'command -v node gcc javac || echo none')).stdout).toBe('none\n');
-    expect((await api.run(id, 'id -un; echo $HOME; grep -c "^user:" /etc/passwd')).stdout).toBe('user\n/home/user\n1\n');
-    expect((await api.run(id, 'cat /etc/apt/sources.list')).stdout).toContain(`deb ${h.deps.config.sandboxes.mirrors.debian} bookworm main`);
-    expect((await api.call('DELETE', `/v1/sandboxes/${id}`)).statusCode).toBe(204);
-  }, 16 * 60_000);
+      const sbx = await api.call('POST', '/v1/sandboxes', { template: 'deb-jq', network: false });
+      expect(sbx.statusCode, sbx.body).toBe(201);
+      const id = json(sbx).data.id as string;
+      const osRelease = await api.run(id, 'cat /etc/os-release');
+      expect(osRelease.stdout).toContain('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"');
+      expect((await api.run(id, `echo '{"a":[1,2]}' | jq -c .a`)).stdout).toBe('[1,2]\n');
+      // It is the image, not this server's userland: the host's toolchains are not there, the sandbox user is.
+      expect((await api.run(id, 'command -v node gcc javac || echo none')).stdout).toBe('none\n');
+      expect((await api.run(id, 'id -un; echo $HOME; grep -c "^user:" /etc/passwd')).stdout).toBe('user\n/home/user\n1\n');
+      expect((await api.run(id, 'cat /etc/apt/sources.list')).stdout).toContain(`deb ${h.deps.config.sandboxes.mirrors.debian} bookworm main`);
+      expect((await api.call('DELETE', `/v1/sandboxes/${id}`)).statusCode).toBe(204);
+    },
+    16 * 60_000,
+  );
 
-  it('a Dockerfile FROM that template stands on the same image', async () => {
-    const res = await api.call('POST', '/v1/templates', {
-      slug: 'deb-jq-child',
-      name: 'child',
-      dockerfile: 'FROM deb-jq\nRUN jq --version > /opt/jq-version && . /etc/os-release && echo "$VERSION_CODENAME" > /opt/codename\n',
-    });
-    expect(res.statusCode, res.body).toBe(201);
-    const t = await api.waitForBuild('deb-jq-child', 5 * 60_000);
-    expect(t, await api.log('deb-jq-child')).toMatchObject({ status: 'ready', os: 'debian-12', osImage: true, parent: 'deb-jq' });
-    const sbx = await api.call('POST', '/v1/sandboxes', { template: 'deb-jq-child', network: false });
-    expect(sbx.statusCode, sbx.body).toBe(201);
-    const id = json(sbx).data.id as string;
-    expect((await api.run(id, 'cat /opt/jq-version /opt/codename')).stdout).toMatch(/^jq-1\.6\nbookworm\n$/);
-    expect((await api.call('DELETE', `/v1/sandboxes/${id}`)).statusCode).toBe(204);
-  }, 6 * 60_000);
+  it(
+    'a Dockerfile FROM that template stands on the same image',
+    async () => {
+      const res = await api.call('POST', '/v1/templates', {
+        slug: 'deb-jq-child',
+        name: 'child',
+        dockerfile: 'FROM deb-jq\nRUN jq --version > /opt/jq-version && . /etc/os-release && echo "$VERSION_CODENAME" > /opt/codename\n',
+      });
+      expect(res.statusCode, res.body).toBe(201);
+      const t = await api.waitForBuild('deb-jq-child', 5 * 60_000);
+      expect(t, await api.log('deb-jq-child')).toMatchObject({ status: 'ready', os: 'debian-12', osImage: true, parent: 'deb-jq' });
+      const sbx = await api.call('POST', '/v1/sandboxes', { template: 'deb-jq-child', network: false });
+      expect(sbx.statusCode, sbx.body).toBe(201);
+      const id = json(sbx).data.id as string;
+      expect((await api.run(id, 'cat /opt/jq-version /opt/codename')).stdout).toMatch(/^jq-1\.6\nbookworm\n$/);
+      expect((await api.call('DELETE', `/v1/sandboxes/${id}`)).statusCode).toBe(204);
+    },
+    6 * 60_000,
+  );
 
   it('plans runtimes from the distribution of the os it names: Debian 12 has python 3.11, not 3.12', async () => {
-    const res = await api.call('POST', '/v1/templates', { slug: 'deb-py312', name: 'x', os: 'debian-12', runtimes: [{ name: 'python', version: '3.12' }] });
+    const res = await api.call('POST', '/v1/templates', {
+      slug: 'deb-py312',
+      name: 'x',
+      os: 'debian-12',
+      runtimes: [{ name: 'python', version: '3.12' }],
+    });
     const error = expectError(res, 400, 'invalid_request');
     expect(error.issues?.[0]?.path).toBe('runtimes[0].version');
     expect(error.message).toContain('Debian 12 provides python 3.11');

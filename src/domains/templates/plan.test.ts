@@ -27,7 +27,7 @@ const dockerfileError = (text: string) => rejects400(() => planFromDockerfile(te
 const APT_TAIL = ['apt-get clean', 'rm -rf /var/lib/apt/lists/*'];
 
 describe('exports', () => {
-  it('knows the spec\'s os values and documents the Dockerfile instructions', () => {
+  it("knows the spec's os values and documents the Dockerfile instructions", () => {
     expect(KNOWN_OS).toEqual(['ubuntu-22.04', 'ubuntu-24.04', 'debian-12', 'alpine-3.19']);
     expect(DOCKERFILE_INSTRUCTIONS).toEqual(['FROM', 'RUN', 'ENV', 'WORKDIR', 'ARG', 'LABEL']);
   });

@@ -1,7 +1,9 @@
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
+import { gunzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
 import type { OsImage, OsImageStore } from './types.js';
 
@@ -50,6 +52,14 @@ export interface Mirrors {
 
 export const DEBIAN_KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg';
 
+/**
+ * The Ubuntu archive's signing keys (Ubuntu Archive Automatic Signing Key 2018 and 2012, ftpmaster@ubuntu.com), by
+ * fingerprint: the trust anchor when the server has no Ubuntu keyring of its own. The keyring is then taken from the
+ * mirror's ubuntu-keyring package and only keys with these fingerprints are kept.
+ */
+export const UBUNTU_ARCHIVE_KEYS = ['F6ECB3762474EDA9D21B7022871920D1991BC93C', '790BC7277767219C42C86F933B4FE6ACC0B21F32'];
+
+const execFileP = promisify(execFile);
 
 /**
  * Why alpine-3.19 is refused: its bootstrap tool (apk.static, from the mirror's apk-tools-static package) would
@@ -57,7 +67,7 @@ export const DEBIAN_KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg';
  * hashes) is not written yet. Running it unchecked is not an option.
  */
 export const ALPINE_NOT_BUILT =
-  'alpine-3.19 images are not built by this version of Hangar: the static apk that bootstraps them would run as root on the server, and verifying it against Alpine\'s signing keys before that is not implemented; use debian-12, ubuntu-22.04 or ubuntu-24.04';
+  "alpine-3.19 images are not built by this version of Hangar: the static apk that bootstraps them would run as root on the server, and verifying it against Alpine's signing keys before that is not implemented; use debian-12, ubuntu-22.04 or ubuntu-24.04";
 
 const PROBE_TTL_MS = 60_000;
 const PROBE_TIMEOUT_MS = 4_000;
@@ -84,7 +94,10 @@ export class OsImages implements OsImageStore {
   private keyOf(os: string): string {
     const d = definition(os);
     const from = d.family === 'debian' ? [this.mirrors.debian, this.mirrors.debianSecurity] : [this.mirrorOf(os)];
-    return `${os}-${createHash('sha256').update(JSON.stringify(['v1', ...from])).digest('hex').slice(0, 12)}`;
+    return `${os}-${createHash('sha256')
+      .update(JSON.stringify(['v1', ...from]))
+      .digest('hex')
+      .slice(0, 12)}`;
   }
 
   /** The file a probe fetches: the signed release file (Debian, Ubuntu) or the branch's index (Alpine). */
@@ -114,11 +127,63 @@ export class OsImages implements OsImageStore {
     const d = definition(os);
     if (d.family === 'alpine') return ALPINE_NOT_BUILT;
     const keyring = d.family === 'ubuntu' ? this.mirrors.ubuntuKeyring : DEBIAN_KEYRING;
-    const st = await fs.stat(keyring).catch(() => null);
-    if (st?.isFile() && st.size > 0) return null;
-    return d.family === 'ubuntu'
-      ? `${os} images cannot be built on this server: there is no Ubuntu archive keyring at ${keyring} to verify the mirror with (the operator installs Ubuntu's archive keyring there, package ubuntu-keyring, or sets HANGAR_UBUNTU_KEYRING)`
-      : `${os} images cannot be built on this server: there is no Debian archive keyring at ${keyring} (package debian-archive-keyring)`;
+    if (await nonEmptyFile(keyring)) return null;
+    if (d.family === 'debian')
+      return `${os} images cannot be built on this server: there is no Debian archive keyring at ${keyring} (package debian-archive-keyring)`;
+    // No Ubuntu keyring installed: one is taken from the mirror and checked against the pinned fingerprints, with gpg.
+    const tools = await Promise.all([execFileP('gpg', ['--version']), execFileP('dpkg-deb', ['--version'])]).then(
+      () => true,
+      () => false,
+    );
+    return tools
+      ? null
+      : `${os} images cannot be built on this server: there is no Ubuntu archive keyring at ${keyring} (package ubuntu-keyring, or HANGAR_UBUNTU_KEYRING) and no gpg and dpkg-deb to check the mirror's own against the archive's known key fingerprints`;
+  }
+
+  /**
+   * The keyring apt checks Ubuntu's mirror with: the operator's (HANGAR_UBUNTU_KEYRING) when it exists, else one
+   * made once from the mirror's ubuntu-keyring package, keeping only the keys whose fingerprints are pinned here
+   * (UBUNTU_ARCHIVE_KEYS); a package without the 2018 key is refused.
+   */
+  private async ubuntuKeyring(os: string, log: (line: string) => Promise<void>): Promise<string> {
+    if (await nonEmptyFile(this.mirrors.ubuntuKeyring)) return this.mirrors.ubuntuKeyring;
+    const dir = path.join(this.dir, 'images', 'keyrings');
+    const file = path.join(dir, 'ubuntu-archive.gpg');
+    if (await nonEmptyFile(file)) return file;
+    const mirror = this.mirrors.ubuntu.replace(/\/+$/, '');
+    const release = definition(os).release;
+    await log(
+      `==> No Ubuntu keyring at ${this.mirrors.ubuntuKeyring}: taking the mirror's ubuntu-keyring package and keeping the archive keys with known fingerprints`,
+    );
+    const index = `${mirror}/dists/${release}/main/binary-amd64/Packages.gz`;
+    const res = await fetch(index, { signal: AbortSignal.timeout(120_000) });
+    if (!res.ok) throw new Error(`${index} answered HTTP ${res.status}`);
+    const packages = gunzipSync(Buffer.from(await res.arrayBuffer()), { maxOutputLength: 256 * 1024 * 1024 }).toString('utf8');
+    const stanza = packages.split('\n\n').find((st) => /^Package: ubuntu-keyring$/m.test(st));
+    const filename = stanza?.match(/^Filename: (pool\/[A-Za-z0-9+._/-]+\.deb)$/m)?.[1];
+    if (!filename) throw new Error(`the ${release} index of ${mirror} has no ubuntu-keyring package`);
+    const deb = await fetch(`${mirror}/${filename}`, { signal: AbortSignal.timeout(120_000) });
+    if (!deb.ok) throw new Error(`${mirror}/${filename} answered HTTP ${deb.status}`);
+    // Readable by all: apt runs gpgv as its own unprivileged user (_apt).
+    await fs.mkdir(dir, { recursive: true, mode: 0o755 });
+    await fs.chmod(dir, 0o755);
+    await fs.chmod(path.join(this.dir, 'images'), 0o711).catch(() => undefined);
+    const work = await fs.mkdtemp(path.join(dir, '.tmp-'));
+    try {
+      await fs.writeFile(path.join(work, 'keyring.deb'), Buffer.from(await deb.arrayBuffer()));
+      await fs.mkdir(path.join(work, 'gnupg'), { mode: 0o700 });
+      await execFileP('sh', ['-ec', UBUNTU_KEYRING_SCRIPT, 'ubuntu-keyring', work, ...UBUNTU_ARCHIVE_KEYS]);
+      const fprs = (await fs.readFile(path.join(work, 'fingerprints'), 'utf8')).split('\n').filter(Boolean);
+      if (!fprs.includes(UBUNTU_ARCHIVE_KEYS[0]!)) {
+        throw new Error(`the ubuntu-keyring package of ${mirror} does not hold the Ubuntu archive key ${UBUNTU_ARCHIVE_KEYS[0]}`);
+      }
+      await fs.chmod(path.join(work, 'pinned.gpg'), 0o644);
+      await fs.rename(path.join(work, 'pinned.gpg'), file);
+    } finally {
+      await fs.rm(work, { recursive: true, force: true });
+    }
+    await log(`==> Ubuntu archive keyring ready: ${file}`);
+    return file;
   }
 
   /** A probe's failure as the message a template build ends with. */
@@ -159,6 +224,7 @@ export class OsImages implements OsImageStore {
       this.probes.delete(os);
       throw new Error(this.unreachable(os, reason));
     }
+    const keyring = definition(os).family === 'ubuntu' ? await this.ubuntuKeyring(os, log) : DEBIAN_KEYRING;
     await fs.mkdir(base, { recursive: true, mode: 0o700 });
     await fs.chmod(path.join(this.dir, 'images'), 0o711).catch(() => undefined);
     await fs.chmod(base, 0o711);
@@ -182,7 +248,7 @@ export class OsImages implements OsImageStore {
       tmp,
       path.join(base, generation),
       base,
-      ...this.scriptArgs(os),
+      ...this.scriptArgs(os, keyring),
     ];
     const started = Date.now();
     try {
@@ -197,27 +263,20 @@ export class OsImages implements OsImageStore {
     return image;
   }
 
-  private scriptArgs(os: string): string[] {
+  private scriptArgs(os: string, keyring: string): string[] {
     const d = definition(os);
     const resolv = '/etc/resolv.conf';
     if (d.family === 'debian') {
       const m = this.mirrors.debian.replace(/\/+$/, '');
       const s = this.mirrors.debianSecurity.replace(/\/+$/, '');
-      return [
-        resolv,
-        DEBIAN_KEYRING,
-        d.release,
-        `deb ${m} ${d.release} main`,
-        `deb ${m} ${d.release}-updates main`,
-        `deb ${s} ${d.release}-security main`,
-      ];
+      return [resolv, keyring, d.release, `deb ${m} ${d.release} main`, `deb ${m} ${d.release}-updates main`, `deb ${s} ${d.release}-security main`];
     }
     if (d.family === 'ubuntu') {
       const m = this.mirrors.ubuntu.replace(/\/+$/, '');
       const components = 'main universe';
       return [
         resolv,
-        this.mirrors.ubuntuKeyring,
+        keyring,
         d.release,
         `deb ${m} ${d.release} ${components}`,
         `deb ${m} ${d.release}-updates ${components}`,
@@ -229,7 +288,10 @@ export class OsImages implements OsImageStore {
 
   private async newest(key: string): Promise<OsImage | null> {
     const names = await fs.readdir(path.join(this.dir, 'images', key)).catch(() => [] as string[]);
-    for (const name of names.filter((n) => /^[0-9TZ]+$/.test(n)).sort().reverse()) {
+    for (const name of names
+      .filter((n) => /^[0-9TZ]+$/.test(n))
+      .sort()
+      .reverse()) {
       const image = await this.find(`${key}/${name}`);
       if (image) return image;
     }
@@ -335,7 +397,10 @@ function run(cmd: string, args: string[], log: (line: string) => Promise<void>, 
         for (const raw of lines) {
           const line = raw.length > LOG_LINE_CHARS ? `${raw.slice(0, LOG_LINE_CHARS)}…` : raw;
           if (!line.trim()) continue;
-          if (keep) tail.push(line), tail.length > 5 && tail.shift();
+          if (keep) {
+            tail.push(line);
+            if (tail.length > 5) tail.shift();
+          }
           chain = chain.then(() => log(line)).catch(() => undefined);
         }
       });
@@ -360,6 +425,25 @@ function run(cmd: string, args: string[], log: (line: string) => Promise<void>, 
       });
     });
   });
+}
+
+/**
+ * `sh -ec SCRIPT ubuntu-keyring <work> <fingerprint>...`: unpacks the archive keyring from <work>/keyring.deb into
+ * a throw-away gpg home, lists its primary keys' fingerprints in <work>/fingerprints, and exports only the pinned
+ * ones to <work>/pinned.gpg.
+ */
+const UBUNTU_KEYRING_SCRIPT = `
+work=$1; shift
+dpkg-deb --fsys-tarfile "$work/keyring.deb" | tar -xO ./usr/share/keyrings/ubuntu-archive-keyring.gpg > "$work/archive.gpg"
+gpg --homedir "$work/gnupg" --batch --quiet --import "$work/archive.gpg" 2>/dev/null
+gpg --homedir "$work/gnupg" --batch --with-colons --list-keys | awk -F: '$1=="pub"{p=1;next} p&&$1=="fpr"{print $10;p=0}' > "$work/fingerprints"
+gpg --homedir "$work/gnupg" --batch --export "$@" > "$work/pinned.gpg"
+gpgconf --homedir "$work/gnupg" --kill all 2>/dev/null || true
+`;
+
+async function nonEmptyFile(p: string): Promise<boolean> {
+  const st = await fs.stat(p).catch(() => null);
+  return Boolean(st?.isFile() && st.size > 0);
 }
 
 async function exists(p: string): Promise<boolean> {
