@@ -179,6 +179,45 @@ describe('planFromBuilder: runtimes', () => {
   });
 });
 
+describe('planFromBuilder: on an OS image', () => {
+  const image = (os: string) => ({ os, kind: 'image' as const });
+  const on = (os: string, input: BuilderInput) => planFromBuilder(input, image(os), NODE);
+  const all = ['python', 'node', 'go', 'java', 'ruby', 'rust'].map((name) => ({ name, version: '*' }));
+
+  it.each([
+    ['debian-12', { python: '3.11', node: '18', go: '1.19', java: '17', ruby: '3.1', rust: '1.63' }, 'openjdk-17-jdk-headless'],
+    ['ubuntu-22.04', { python: '3.10', node: '12', go: '1.18', java: '17', ruby: '3.0', rust: '1.75' }, 'openjdk-17-jdk-headless'],
+    ['ubuntu-24.04', { python: '3.12', node: '18', go: '1.22', java: '21', ruby: '3.2', rust: '1.75' }, 'openjdk-21-jdk-headless'],
+  ])('%s: runtimes are the distribution’s own packages and versions', (os, versions, jdk) => {
+    const plan = on(os, { runtimes: all });
+    expect(plan.base).toEqual(image(os));
+    expect(Object.fromEntries(plan.summary.runtimes.map((r) => [r.name, r.version]))).toEqual(versions);
+    expect(plan.summary.runtimes.find((r) => r.name === 'node')!.packages).toEqual(['nodejs', 'npm']);
+    expect(plan.steps[0].script).toContain(
+      `--no-install-recommends python3 python3-pip python3-venv nodejs npm golang-go ${jdk} ruby-full rustc cargo\n`,
+    );
+  });
+
+  it('names the distribution when another version is asked for', () => {
+    const err = rejection(() => on('ubuntu-24.04', { runtimes: [{ name: 'python', version: '3.11' }] }), AppError);
+    expect(err.status).toBe(400);
+    expect(err.message).toContain('Ubuntu 24.04 provides python 3.12');
+    expect(err.message).toContain('use "3.12", "3", "*" or "latest"');
+  });
+
+  it('installs the distribution’s npm (with nodejs) for npm packages, and python3-pip for pip ones', () => {
+    const plan = on('debian-12', { npm: ['left-pad'], pip: ['requests'], apt: ['jq'] });
+    expect(plan.summary.apt).toEqual(['python3-pip', 'npm', 'jq']);
+    expect(plan.steps.map((st) => st.title)).toEqual(['apt-get install python3-pip npm jq', 'npm install -g left-pad', 'pip install requests']);
+    // On the host's userland, npm is the base layer's own.
+    expect(build({ npm: ['left-pad'] }).summary.apt).toEqual([]);
+  });
+
+  it('says not implemented for alpine-3.19 (no image is built for it)', () => {
+    expect(rejection(() => on('alpine-3.19', {}), AppError).status).toBe(501);
+  });
+});
+
 describe('planFromBuilder: packages', () => {
   it('installs apt, then npm, then pip, each in its own step with quoted names', () => {
     const plan = build({

@@ -356,8 +356,8 @@ rm -f "$base/REBUILD"
       : 'no Debian archive keyring at $keyring (package debian-archive-keyring)';
   return `${common}
 [ -s "$keyring" ] || { echo "${keyHelp}" >&2; exit 1; }
-# minbase: Essential packages, apt and ca-certificates; apt verifies every Release file against the keyring.
-mmdebstrap --mode=root --variant=minbase --format=directory --include=ca-certificates \\
+# minbase: Essential packages, plus apt (Ubuntu's minbase lacks it) and ca-certificates; apt verifies every Release file against the keyring.
+mmdebstrap --mode=root --variant=minbase --format=directory --include=apt,ca-certificates \\
   --keyring="$keyring" --aptopt='Acquire::Retries "3"' --aptopt='Acquire::http::Timeout "30"' \\
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \\
   "$release" "$tmp/rootfs" "$@"
