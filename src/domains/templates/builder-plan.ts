@@ -289,10 +289,7 @@ export function planFromBuilder(input: BuilderInput, base: BuildBase, hostNodeVe
     steps.push({
       kind: 'run',
       title: truncate(`pip install ${pip.join(' ')}`, TITLE_CHARS),
-      script: [
-        ...head,
-        `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore ${pip.map(shellQuote).join(' ')}`,
-      ].join('\n'),
+      script: [...head, `python3 -m pip install --no-cache-dir ${pipFlags(base)}${pip.map(shellQuote).join(' ')}`].join('\n'),
     });
   }
 
@@ -305,6 +302,15 @@ export function planFromBuilder(input: BuilderInput, base: BuildBase, hostNodeVe
     labels: {},
     summary: { apt: extraApt, npm, pip, runtimes, dockerfileInstructions: [] },
   };
+}
+
+/**
+ * pip 23 and later (debian-12, ubuntu-24.04) refuse to install into the system Python without
+ * --break-system-packages and warn about root without --root-user-action; Ubuntu 22.04's pip 22.0 knows neither
+ * option (and refuses neither).
+ */
+function pipFlags(base: BuildBase): string {
+  return base.kind === 'image' && base.os === 'ubuntu-22.04' ? '' : '--break-system-packages --root-user-action=ignore ';
 }
 
 function dedupe(list: string[]): string[] {

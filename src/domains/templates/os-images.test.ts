@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +20,8 @@ const mmdebstrap = (() => {
   }
 })();
 const need = { what: 'mmdebstrap (OS images of templates)', present: mmdebstrap, fix: 'run scripts/setup.sh as root (it installs mmdebstrap)' };
+
+const LOCAL_CAS = '/usr/local/share/ca-certificates';
 
 function hostOs(): string {
   const text = readFileSync('/etc/os-release', 'utf8');
@@ -75,15 +77,20 @@ describeNeeding(need, 'templates on a debian-12 image built from the real mirror
   afterAll(() => h?.close());
 
   it(
-    'builds the image, installs apt packages from the mirror in it, and a sandbox runs Debian 12 with them',
+    'builds the image, installs apt packages in it, and a sandbox runs Debian 12 with them',
     async () => {
-      const res = await api.call('POST', '/v1/templates', { slug: 'deb-jq', name: 'Debian with jq', os: 'debian-12', apt: ['jq'] });
+      const res = await api.call('POST', '/v1/templates', {
+        slug: 'deb-jq',
+        name: 'Debian with jq',
+        os: 'debian-12',
+        apt: ['jq'],
+      });
       expect(res.statusCode, res.body).toBe(201);
       // The first run on a machine builds the image (mmdebstrap, ~1-3 minutes); later runs reuse it.
       const t = await api.waitForBuild('deb-jq', 15 * 60_000);
       expect(t, await api.log('deb-jq')).toMatchObject({ status: 'ready', os: 'debian-12', osImage: true, parent: null, error: null });
       expect(t.runs).toContain('Debian GNU/Linux 12 (bookworm) (an image built from its distribution');
-      expect(t.packages.apt).toEqual(['jq']);
+      expect(t.packages).toEqual({ apt: ['jq'], npm: [], pip: [] });
       const log = await api.log('deb-jq');
       expect(log).toContain('Building template deb-jq on an image of debian-12');
       expect(log).toMatch(/Setting up jq/);
@@ -94,8 +101,15 @@ describeNeeding(need, 'templates on a debian-12 image built from the real mirror
       const osRelease = await api.run(id, 'cat /etc/os-release');
       expect(osRelease.stdout).toContain('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"');
       expect((await api.run(id, `echo '{"a":[1,2]}' | jq -c .a`)).stdout).toBe('[1,2]\n');
+      // The server's own certificate authorities are in the image (a TLS-intercepting proxy, an internal registry).
+      const cas = existsSync(LOCAL_CAS)
+        ? readdirSync(LOCAL_CAS)
+            .filter((n) => n.endsWith('.crt'))
+            .sort()
+        : [];
+      expect((await api.run(id, `ls ${LOCAL_CAS} | grep -F .crt || true`)).stdout.split('\n').filter(Boolean)).toEqual(cas);
       // It is the image, not this server's userland: the host's toolchains are not there, the sandbox user is.
-      expect((await api.run(id, 'command -v node gcc javac || echo none')).stdout).toBe('none\n');
+      expect((await api.run(id, 'command -v gcc javac go || echo none')).stdout).toBe('none\n');
       expect((await api.run(id, 'id -un; echo $HOME; grep -c "^user:" /etc/passwd')).stdout).toBe('user\n/home/user\n1\n');
       expect((await api.run(id, 'cat /etc/apt/sources.list')).stdout).toContain(`deb ${h.deps.config.sandboxes.mirrors.debian} bookworm main`);
       expect((await api.call('DELETE', `/v1/sandboxes/${id}`)).statusCode).toBe(204);

@@ -213,6 +213,13 @@ describe('planFromBuilder: on an OS image', () => {
     expect(build({ npm: ['left-pad'] }).summary.apt).toEqual([]);
   });
 
+  it('gives Ubuntu 22.04’s pip 22.0 only the options it knows', () => {
+    expect(on('ubuntu-22.04', { pip: ['requests'] }).steps[1].script).toBe('python3 -m pip install --no-cache-dir requests');
+    expect(on('ubuntu-24.04', { pip: ['requests'] }).steps[1].script).toBe(
+      'python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore requests',
+    );
+  });
+
   it('says not implemented for alpine-3.19 (no image is built for it)', () => {
     expect(rejection(() => on('alpine-3.19', {}), AppError).status).toBe(501);
   });

@@ -69,6 +69,13 @@ const execFileP = promisify(execFile);
 export const ALPINE_NOT_BUILT =
   "alpine-3.19 images are not built by this version of Hangar: the static apk that bootstraps them would run as root on the server, and verifying it against Alpine's signing keys before that is not implemented; use debian-12, ubuntu-22.04 or ubuntu-24.04";
 
+/**
+ * Where Debian keeps a machine's own certificate authorities (an operator's TLS-intercepting proxy, an internal
+ * mirror or registry): the server's are added to every image, as the host base layer has them, so apt, npm and pip
+ * inside builds trust what the server trusts.
+ */
+const LOCAL_CAS = '/usr/local/share/ca-certificates';
+
 const PROBE_TTL_MS = 60_000;
 const PROBE_TIMEOUT_MS = 4_000;
 /** An image build (download + unpack of ~100 packages) must end within this. */
@@ -90,14 +97,18 @@ export class OsImages implements OsImageStore {
     return family === 'debian' ? this.mirrors.debian : family === 'ubuntu' ? this.mirrors.ubuntu : this.mirrors.alpine;
   }
 
-  /** `<os>-<hash of what the image is built from>`: a changed mirror makes a new image. */
-  private keyOf(os: string): string {
+  /**
+   * `<os>-<hash of what the image is built from>`: its mirrors and the server's own certificate authorities
+   * (LOCAL_CAS, added to every image), so a changed mirror or CA makes a new image.
+   */
+  private async keyOf(os: string): Promise<string> {
     const d = definition(os);
     const from = d.family === 'debian' ? [this.mirrors.debian, this.mirrors.debianSecurity] : [this.mirrorOf(os)];
-    return `${os}-${createHash('sha256')
-      .update(JSON.stringify(['v1', ...from]))
-      .digest('hex')
-      .slice(0, 12)}`;
+    const hash = createHash('sha256').update(JSON.stringify(['v1', ...from]));
+    for (const name of (await fs.readdir(LOCAL_CAS).catch(() => [] as string[])).filter((n) => n.endsWith('.crt')).sort()) {
+      hash.update(name).update(await fs.readFile(path.join(LOCAL_CAS, name)).catch(() => Buffer.alloc(0)));
+    }
+    return `${os}-${hash.digest('hex').slice(0, 12)}`;
   }
 
   /** The file a probe fetches: the signed release file (Debian, Ubuntu) or the branch's index (Alpine). */
@@ -205,15 +216,15 @@ export class OsImages implements OsImageStore {
    */
   ensure(os: string, log: (line: string) => Promise<void>, signal?: AbortSignal): Promise<OsImage> {
     if (definition(os).family === 'alpine') return Promise.reject(new Error(ALPINE_NOT_BUILT));
-    const key = this.keyOf(os);
-    const running = this.building.get(key);
+    const running = this.building.get(os);
     if (running) return running;
-    const p = this.ensureLocked(os, key, log, signal).finally(() => this.building.delete(key));
-    this.building.set(key, p);
+    const p = this.ensureLocked(os, log, signal).finally(() => this.building.delete(os));
+    this.building.set(os, p);
     return p;
   }
 
-  private async ensureLocked(os: string, key: string, log: (line: string) => Promise<void>, signal?: AbortSignal): Promise<OsImage> {
+  private async ensureLocked(os: string, log: (line: string) => Promise<void>, signal?: AbortSignal): Promise<OsImage> {
+    const key = await this.keyOf(os);
     const base = path.join(this.dir, 'images', key);
     const ready = await this.newest(key);
     if (ready && !(await exists(path.join(base, 'REBUILD')))) return ready;
@@ -359,6 +370,7 @@ rm -f "$base/REBUILD"
 # minbase: Essential packages, plus apt (Ubuntu's minbase lacks it) and ca-certificates; apt verifies every Release file against the keyring.
 mmdebstrap --mode=root --variant=minbase --format=directory --include=apt,ca-certificates \\
   --keyring="$keyring" --aptopt='Acquire::Retries "3"' --aptopt='Acquire::http::Timeout "30"' \\
+  --customize-hook='if ls ${LOCAL_CAS}/*.crt >/dev/null 2>&1; then mkdir -p "$1${LOCAL_CAS}"; cp -L ${LOCAL_CAS}/*.crt "$1${LOCAL_CAS}/"; chroot "$1" update-ca-certificates; fi' \\
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \\
   "$release" "$tmp/rootfs" "$@"
 ${finish}`;

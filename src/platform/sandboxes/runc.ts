@@ -414,14 +414,22 @@ export class RuncRuntime implements SandboxRuntime {
 
   /**
    * The sandbox user's passwd/group entries and home folder, written into a new writable layer before it is mounted.
-   * The accounts are those of the bottom layer (the host's base layer or the OS image); the user's shell is bash
+   * The accounts are the layers' own (the host's base layer or the OS image at the bottom); the user's shell is bash
    * where the userland has one (Alpine's has only /bin/sh).
    */
   private async personalize(upperRoot: string, spec: ContainerSpec): Promise<void> {
     await fs.mkdir(path.join(upperRoot, 'etc'), { recursive: true, mode: 0o755 });
-    const bottom = spec.image?.root ?? this.baseRoot;
-    const passwd = withNewline(await fs.readFile(path.join(bottom, 'etc/passwd'), 'utf8'));
-    const group = withNewline(await fs.readFile(path.join(bottom, 'etc/group'), 'utf8'));
+    // The accounts of the topmost layer that has them (a template's packages may have added system users).
+    const roots = [...spec.layers.map((l) => l.root), spec.image?.root ?? this.baseRoot];
+    const accounts = async (file: string) => {
+      for (const root of roots) {
+        const text = await fs.readFile(path.join(root, 'etc', file), 'utf8').catch(() => null);
+        if (text !== null) return withNewline(text);
+      }
+      return '';
+    };
+    const passwd = await accounts('passwd');
+    const group = await accounts('group');
     const bash = spec.image ? await exists(path.join(spec.image.usr, 'bin/bash')) : true;
     const shell = bash ? '/bin/bash' : '/bin/sh';
     await fs.writeFile(path.join(upperRoot, 'etc/passwd'), `${passwd}user:x:${spec.uid}:${spec.uid}:Sandbox user:/home/user:${shell}\n`);
