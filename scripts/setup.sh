@@ -27,6 +27,7 @@ PACKAGES=(
   runc                    # persistent sandboxes (OCI containers)
   nftables iproute2       # sandbox networking: bridge, veth, NAT and the host-protecting rules
   e2fsprogs util-linux mount # sandbox disks: mkfs.ext4, losetup, mount (a sized ext4 image per sandbox and build)
+  mmdebstrap              # OS images of templates (debian-12, ubuntu-22.04/24.04) built from the configured mirrors (ADR 0022)
 )
 
 install_packages() {

@@ -150,6 +150,29 @@ describe('configuration', () => {
     expect(errorOf(() => parseConfig({ ...base, HANGAR_SANDBOX_POOL_TEMPLATE: 'Not A Slug' })).setting).toBe('HANGAR_SANDBOX_POOL_TEMPLATE');
   });
 
+  it('package mirrors of OS images: defaults, trailing slashes dropped, a bad URL stops start-up naming the setting', () => {
+    const base = { HANGAR_DATA_DIR: dir(), HANGAR_SECRET_KEY: key };
+    expect(parseConfig(base).sandboxes.mirrors).toEqual({
+      debian: 'http://deb.debian.org/debian',
+      debianSecurity: 'http://deb.debian.org/debian-security',
+      ubuntu: 'http://archive.ubuntu.com/ubuntu',
+      alpine: 'https://dl-cdn.alpinelinux.org/alpine',
+      ubuntuKeyring: '/usr/share/keyrings/ubuntu-archive-keyring.gpg',
+    });
+    expect(parseConfig({ ...base, HANGAR_MIRROR_DEBIAN: 'https://mirror.example.net/debian/' }).sandboxes.mirrors.debian).toBe(
+      'https://mirror.example.net/debian',
+    );
+    for (const [setting, bad] of [
+      ['HANGAR_MIRROR_DEBIAN', 'ftp://mirror.example.net/debian'],
+      ['HANGAR_MIRROR_UBUNTU', 'http://mirror.example.net/ubuntu main'],
+      ['HANGAR_MIRROR_ALPINE', 'https://user:secret@mirror.example.net/alpine'],
+      ['HANGAR_MIRROR_DEBIAN_SECURITY', 'deb.debian.org/debian-security'],
+      ['HANGAR_UBUNTU_KEYRING', 'keyrings/ubuntu.gpg'],
+    ]) {
+      expect(errorOf(() => parseConfig({ ...base, [setting]: bad })).setting, bad).toBe(setting);
+    }
+  });
+
   it('keeps a generated secret key in the data dir so restarts keep sessions valid', () => {
     const d = dir();
     const a = loadConfig({ HANGAR_DATA_DIR: d });

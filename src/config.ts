@@ -23,6 +23,12 @@ const intFrom = (min: number, max: number) => z.coerce.number().int().min(min).m
 
 const MIB = 1024 * 1024;
 
+/** A package mirror's base URL: http(s), no spaces or credentials (it goes into apt's sources and into logs). */
+const mirrorUrl = z
+  .string()
+  .regex(/^https?:\/\/[^\s@/]+(?:\/[^\s]*)?$/, 'must be an http:// or https:// URL without spaces or user:password@')
+  .refine((v) => URL.canParse(v), 'must be a valid URL');
+
 const EnvSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: intFrom(0, 65535).default(8080),
@@ -96,6 +102,11 @@ const EnvSchema = z.object({
   HANGAR_SANDBOX_NETWORK_ALLOW: z.string().optional(),
   HANGAR_TEMPLATE_PREBUILD: z.enum(['true', 'false', '1', '0']).default('true'),
   HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS: intFrom(10, 86_400).default(1800),
+  HANGAR_MIRROR_DEBIAN: mirrorUrl.default('http://deb.debian.org/debian'),
+  HANGAR_MIRROR_DEBIAN_SECURITY: mirrorUrl.default('http://deb.debian.org/debian-security'),
+  HANGAR_MIRROR_UBUNTU: mirrorUrl.default('http://archive.ubuntu.com/ubuntu'),
+  HANGAR_MIRROR_ALPINE: mirrorUrl.default('https://dl-cdn.alpinelinux.org/alpine'),
+  HANGAR_UBUNTU_KEYRING: z.string().regex(/^\//, 'must be an absolute path').default('/usr/share/keyrings/ubuntu-archive-keyring.gpg'),
   HANGAR_OPENAI_BASE_URL: z.string().url().optional(),
   HANGAR_OPENAI_API_KEY: z.string().min(1).optional(),
   HANGAR_OPENAI_MODELS: z.string().optional(),
@@ -196,6 +207,8 @@ export type SandboxConfig = Readonly<{
   /** Build the system templates that need a build (desktop-ubuntu) at start-up. */
   prebuildTemplates: boolean;
   buildTimeoutSeconds: number;
+  /** Package mirrors OS images are built from, and the keyring Ubuntu's is verified with (ADR 0022). */
+  mirrors: Readonly<{ debian: string; debianSecurity: string; ubuntu: string; alpine: string; ubuntuKeyring: string }>;
 }>;
 
 /** Limits of one-shot code execution (`POST /v1/execute`). */
@@ -492,6 +505,13 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       spareNetworks: e.HANGAR_SANDBOX_SPARE_NETWORKS,
       prebuildTemplates: e.HANGAR_TEMPLATE_PREBUILD === 'true' || e.HANGAR_TEMPLATE_PREBUILD === '1',
       buildTimeoutSeconds: e.HANGAR_TEMPLATE_BUILD_TIMEOUT_SECONDS,
+      mirrors: Object.freeze({
+        debian: e.HANGAR_MIRROR_DEBIAN.replace(/\/+$/, ''),
+        debianSecurity: e.HANGAR_MIRROR_DEBIAN_SECURITY.replace(/\/+$/, ''),
+        ubuntu: e.HANGAR_MIRROR_UBUNTU.replace(/\/+$/, ''),
+        alpine: e.HANGAR_MIRROR_ALPINE.replace(/\/+$/, ''),
+        ubuntuKeyring: e.HANGAR_UBUNTU_KEYRING,
+      }),
     }),
   });
 }

@@ -44,6 +44,9 @@ export async function createHarness(env: Record<string, string | undefined> = {}
     REDIS_URL: testRedisUrl,
     PORT: '0',
     HANGAR_TEMPLATE_PREBUILD: 'false',
+    // Templates that leave `os` out build on the host's userland: where Ubuntu's mirror answered, the default os
+    // (ubuntu-24.04) would make each of them build an Ubuntu image. Tests of OS images set their own mirrors.
+    HANGAR_MIRROR_UBUNTU: 'http://127.0.0.1:47/ubuntu',
     ...env,
   });
   const dropSchema = async () => {

@@ -299,6 +299,7 @@ export function specOf(deps: Deps, row: SpecFields, template: ResolvedTemplate):
   return {
     id: row.id,
     layers: template.layers,
+    image: template.image,
     uid: row.uid!,
     hostname: hostnameOf(row.name),
     env,

@@ -1,24 +1,22 @@
 /**
  * Plans a template from the package builder (`os`, `runtimes`, `apt`, `npm`, `pip`, `env`): checks every
- * entry and turns them into apt, npm and pip steps. Pure: no I/O.
+ * entry and turns them into apt, npm and pip steps for the distribution it is built on. Pure: no I/O.
  */
 import { errors } from '../../platform/http/errors.js';
 import {
   type BuildPlan,
   type BuildStep,
+  type BuildBase,
   ENV_NAME,
   exportLine,
+  KNOWN_OS,
   MAX_ENV_KEYS,
   MAX_NAME_CHARS,
-  SUPPORTED_OS,
   shellQuote,
   TITLE_CHARS,
   truncate,
   checkEnvValue,
 } from './plan-common.js';
-
-/** Values `os` may name; all but the host's are refused with the reason. */
-const KNOWN_OS = ['ubuntu-22.04', 'ubuntu-24.04', 'debian-12', 'alpine-3.19'] as const;
 
 export interface BuilderInput {
   os?: string;
@@ -64,7 +62,44 @@ const RUNTIME_ALIASES: Record<string, string> = {
 };
 const RUNTIME_NAMES = ['python', 'node', 'nodejs', 'go', 'golang', 'java', 'ruby', 'rust'];
 
-function runtimeCatalogue(hostNodeVersion: string): Record<string, RuntimeSpec> {
+/** What each distribution's own packages give (the release pocket plus -updates), per runtime. */
+const DISTRO_RUNTIMES: Record<string, { label: string; versions: Record<string, string>; packages: Record<string, string[]> }> = {
+  'debian-12': {
+    label: 'Debian 12',
+    versions: { python: '3.11', node: '18', go: '1.19', java: '17', ruby: '3.1', rust: '1.63' },
+    packages: { java: ['openjdk-17-jdk-headless'], rust: ['rustc', 'cargo'] },
+  },
+  'ubuntu-22.04': {
+    label: 'Ubuntu 22.04',
+    versions: { python: '3.10', node: '12', go: '1.18', java: '17', ruby: '3.0', rust: '1.75' },
+    packages: { java: ['openjdk-17-jdk-headless'], rust: ['rustc', 'cargo'] },
+  },
+  'ubuntu-24.04': {
+    label: 'Ubuntu 24.04',
+    versions: { python: '3.12', node: '18', go: '1.22', java: '21', ruby: '3.2', rust: '1.75' },
+    packages: { java: ['openjdk-21-jdk-headless'], rust: ['rustc', 'cargo'] },
+  },
+};
+const COMMON_PACKAGES: Record<string, string[]> = {
+  python: ['python3', 'python3-pip', 'python3-venv'],
+  node: ['nodejs', 'npm'],
+  go: ['golang-go'],
+  ruby: ['ruby-full'],
+};
+
+function runtimeCatalogue(base: BuildBase, hostNodeVersion: string): Record<string, RuntimeSpec> {
+  if (base.kind === 'image') {
+    const distro = DISTRO_RUNTIMES[base.os];
+    if (!distro) throw errors.notImplemented(`runtimes on ${base.os}`);
+    const offers = (name: string) => (version: string) =>
+      `${distro.label} provides ${name} ${version} and no other ${name} version can be installed here`;
+    return Object.fromEntries(
+      Object.entries(distro.versions).map(([name, version]) => [
+        name,
+        { packages: distro.packages[name] ?? COMMON_PACKAGES[name]!, version, offers: offers(name) },
+      ]),
+    );
+  }
   return {
     python: { packages: ['python3', 'python3-pip', 'python3-venv'], version: '3.11', offers: debian('python') },
     // The base layer's Node (with npm) is the only one: Debian's nodejs and npm packages conflict with it.
@@ -174,33 +209,25 @@ function checkEnvName(name: string, field: () => string): void {
   }
 }
 
-function checkOs(os: string | undefined, hostOs: string): void {
-  if (os === undefined || os === hostOs) return;
-  const others = KNOWN_OS.filter((k) => k !== hostOs);
+/** `os` as named in a request: one of the spec's values (400 naming them otherwise). */
+export function checkOs(os: unknown): string {
   if (typeof os !== 'string' || !(KNOWN_OS as readonly string[]).includes(os)) {
-    throw errors.invalidField(
-      'os',
-      `unknown operating system ${JSON.stringify(os)}; templates here are built on "${hostOs}" (this server's own userland), so use "${hostOs}" or leave os out (known values: ${KNOWN_OS.join(', ')})`,
-    );
+    throw errors.invalidField('os', `unknown operating system ${JSON.stringify(os)}; use one of ${KNOWN_OS.join(', ')} or leave os out`);
   }
-  const list = others.length > 1 ? `${others.slice(0, -1).join(', ')} and ${others[others.length - 1]}` : others.join('');
-  throw errors.invalidField(
-    'os',
-    `"${os}" cannot be built on this server: only "${hostOs}" (this server's own userland) can be built here; ${list} need a package mirror this server cannot reach. Use "${hostOs}" or leave os out`,
-  );
+  return os;
 }
 
 /**
  * Plans a template from the package builder: one apt step (runtimes first), then npm, then pip, each
- * exporting `env` first. `hostNodeVersion` is the base layer's Node (this process runs on it).
+ * exporting `env` first. `base` is what it is built on, chosen by the caller (the os the request named, or the
+ * default); `hostNodeVersion` is the host base layer's Node (this process runs on it).
  */
-export function planFromBuilder(input: BuilderInput, hostOs: string, hostNodeVersion: string = process.versions.node): BuildPlan {
-  checkOs(input.os, hostOs);
-  if (!(SUPPORTED_OS as readonly string[]).includes(hostOs)) {
-    throw errors.notImplemented(`building templates on a ${hostOs} host`);
-  }
+export function planFromBuilder(input: BuilderInput, base: BuildBase, hostNodeVersion: string = process.versions.node): BuildPlan {
+  if (input.os !== undefined) checkOs(input.os);
+  if (base.kind === 'host' && base.os !== 'debian-12') throw errors.notImplemented(`building templates on a ${base.os} host`);
+  if (base.kind === 'image' && !DISTRO_RUNTIMES[base.os]) throw errors.notImplemented(`building templates on ${base.os}`);
 
-  const catalogue = runtimeCatalogue(hostNodeVersion);
+  const catalogue = runtimeCatalogue(base, hostNodeVersion);
   const runtimes: BuildPlan['summary']['runtimes'] = [];
   if (input.runtimes !== undefined) {
     if (!Array.isArray(input.runtimes)) throw errors.invalidField('runtimes', 'must be a list of { name, version }');
@@ -228,9 +255,10 @@ export function planFromBuilder(input: BuilderInput, hostOs: string, hostNodeVer
   const env = validateEnv(input.env);
 
   const runtimePackages = dedupe(runtimes.flatMap((r) => r.packages));
-  // pip needs python3-pip; the base layer may have python3 without it.
+  // pip needs python3-pip (the base layer may have python3 without it); on an OS image npm needs npm (with nodejs).
   const pipSupport = pip.length > 0 && !runtimePackages.includes('python3-pip') ? ['python3-pip'] : [];
-  const extraApt = dedupe([...pipSupport, ...apt]).filter((p) => !runtimePackages.includes(p));
+  const npmSupport = base.kind === 'image' && npm.length > 0 && !runtimePackages.includes('npm') ? ['npm'] : [];
+  const extraApt = dedupe([...pipSupport, ...npmSupport, ...apt]).filter((p) => !runtimePackages.includes(p));
   const aptPackages = [...runtimePackages, ...extraApt];
 
   const head = Object.entries(env).map(([k, v]) => exportLine(k, v));
@@ -261,21 +289,28 @@ export function planFromBuilder(input: BuilderInput, hostOs: string, hostNodeVer
     steps.push({
       kind: 'run',
       title: truncate(`pip install ${pip.join(' ')}`, TITLE_CHARS),
-      script: [
-        ...head,
-        `python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore ${pip.map(shellQuote).join(' ')}`,
-      ].join('\n'),
+      script: [...head, `python3 -m pip install --no-cache-dir ${pipFlags(base)}${pip.map(shellQuote).join(' ')}`].join('\n'),
     });
   }
 
   return {
     from: null,
+    base,
     steps,
     env,
     workdir: null,
     labels: {},
     summary: { apt: extraApt, npm, pip, runtimes, dockerfileInstructions: [] },
   };
+}
+
+/**
+ * pip 23 and later (debian-12, ubuntu-24.04) refuse to install into the system Python without
+ * --break-system-packages and warn about root without --root-user-action; Ubuntu 22.04's pip 22.0 knows neither
+ * option (and refuses neither).
+ */
+function pipFlags(base: BuildBase): string {
+  return base.kind === 'image' && base.os === 'ubuntu-22.04' ? '' : '--break-system-packages --root-user-action=ignore ';
 }
 
 function dedupe(list: string[]): string[] {

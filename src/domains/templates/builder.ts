@@ -1,7 +1,7 @@
 import { nowIso } from '../../platform/ids.js';
 import { KeyedQueue } from '../../platform/keyed-queue.js';
 import { exec, systemCtx, withTx, type Deps } from '../../platform/context.js';
-import { requireFreeDisk } from '../../platform/sandboxes/index.js';
+import { type Layer, requireFreeDisk } from '../../platform/sandboxes/index.js';
 import type { BuildPlan } from './plan.js';
 import { logKey, resolveTemplate, SYSTEM, templateActivity } from './service.js';
 
@@ -95,6 +95,27 @@ export class TemplateBuilder {
     });
   }
 
+  /**
+   * The OS image a build stands on: the one its plan names (a Dockerfile child: its parent's), else the os's
+   * current image, built first when there is none (an unreachable mirror fails the build here, with the reason).
+   * The image's id is written into the template's plan, so its sandboxes stand on exactly that image.
+   */
+  private async imageFor(id: string, os: string, plan: BuildPlan, log: (line: string) => Promise<void>, signal: AbortSignal): Promise<Layer> {
+    const images = this.deps.sandboxes.images;
+    if (plan.image) {
+      const found = await images.find(plan.image);
+      if (!found) throw new Error(`the ${os} image the parent template was built on (${plan.image}) is no longer on this server`);
+      return { root: found.root, usr: found.usr };
+    }
+    const image = await images.ensure(os, log, signal);
+    await this.deps.db.kysely
+      .updateTable('templates')
+      .set({ plan: JSON.stringify({ ...plan, image: image.id } satisfies BuildPlan), updated_at: nowIso() })
+      .where('id', '=', id)
+      .execute();
+    return { root: image.root, usr: image.usr };
+  }
+
   private async build(id: string): Promise<void> {
     const { deps } = this;
     const db = deps.db.kysely;
@@ -147,15 +168,18 @@ export class TemplateBuilder {
       const parent = row.parent_id
         ? await resolveTemplate({ ...ctx, principal: { ...ctx.principal, orgId: row.owner === SYSTEM ? 'system' : row.owner } }, '', row.parent_id)
         : { layers: [], env: {} as Record<string, string> };
+      const on = plan.base ?? { os: row.os, kind: 'host' as const };
       await log(
-        `==> Building template ${row.slug} on ${deps.sandboxes.base.osName} (${plan.steps.length} step${plan.steps.length === 1 ? '' : 's'})`,
+        `==> Building template ${row.slug} on ${on.kind === 'image' ? `an image of ${on.os}` : deps.sandboxes.base.osName} (${plan.steps.length} step${plan.steps.length === 1 ? '' : 's'})`,
       );
       await requireFreeDisk(deps.config.sandboxes, 'the build cannot start');
+      const image = on.kind === 'image' ? await this.imageFor(id, on.os, plan, log, abort.signal) : null;
       await deps.sandboxes.newLayer(id);
       if (plan.steps.length) {
         await deps.sandboxes.start({
           id: buildId,
           layers: parent.layers,
+          image,
           uid: 0,
           hostname: 'build',
           env: {

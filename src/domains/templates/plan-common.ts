@@ -2,9 +2,17 @@
  * What both template planners share: the plan's shape, the limits on names and values, and how a step's
  * shell script quotes words and exports variables. Pure: no I/O.
  */
-/** Operating systems a template can be built on: only the host's own userland has a reachable package mirror. */
-export const SUPPORTED_OS = ['debian-12'] as const;
-export type SupportedOs = (typeof SUPPORTED_OS)[number];
+/** The `os` values a template can name (the spec's list); see src/platform/sandboxes/os-images.ts. */
+export const KNOWN_OS = ['ubuntu-22.04', 'ubuntu-24.04', 'debian-12', 'alpine-3.19'] as const;
+
+/**
+ * What a template is built on: an OS image built from the distribution's mirror (ADR 0022), or this server's
+ * own userland (the host base layer, ADR 0010). `os` is the distribution either way.
+ */
+export interface BuildBase {
+  os: string;
+  kind: 'image' | 'host';
+}
 
 /** Dockerfile instructions a template build understands, in the order they are documented. */
 export const DOCKERFILE_INSTRUCTIONS: readonly string[] = Object.freeze(['FROM', 'RUN', 'ENV', 'WORKDIR', 'ARG', 'LABEL']);
@@ -19,6 +27,15 @@ export interface BuildStep {
 export interface BuildPlan {
   /** Parent template slug (Dockerfile FROM); null = the base layer. */
   from: string | null;
+  /**
+   * What the bottom of the template is (the parent's for a Dockerfile FROM another template); set by the
+   * planner or the service. Absent in plans written before OS images: the host's userland.
+   */
+  base?: BuildBase;
+  /** The OS image (its id) the template was built on; set when its build has made or found the image. */
+  image?: string;
+  /** Why a template whose request left `os` out stands on the host's userland rather than the default os. */
+  fallback?: string;
   steps: BuildStep[];
   /**
    * Env baked into the template, for sandboxes and templates built on it. Steps already export what

@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../platform/http/errors.js';
-import { DOCKERFILE_INSTRUCTIONS, SUPPORTED_OS, planFromBuilder, planFromDockerfile, type BuilderInput } from './plan.js';
+import { DOCKERFILE_INSTRUCTIONS, KNOWN_OS, planFromBuilder, planFromDockerfile, type BuilderInput } from './plan.js';
 import { rejection } from '../../../test/helpers.js';
 
-const HOST = 'debian-12';
+const HOST = { os: 'debian-12', kind: 'host' } as const;
 const NODE = '20.20.2';
 
 /** Asserts a 400 naming `field`, and returns its message (without the `field: ` prefix). */
@@ -27,21 +27,22 @@ const dockerfileError = (text: string) => rejects400(() => planFromDockerfile(te
 const APT_TAIL = ['apt-get clean', 'rm -rf /var/lib/apt/lists/*'];
 
 describe('exports', () => {
-  it('supports only the host userland and documents the Dockerfile instructions', () => {
-    expect(SUPPORTED_OS).toEqual(['debian-12']);
+  it("knows the spec's os values and documents the Dockerfile instructions", () => {
+    expect(KNOWN_OS).toEqual(['ubuntu-22.04', 'ubuntu-24.04', 'debian-12', 'alpine-3.19']);
     expect(DOCKERFILE_INSTRUCTIONS).toEqual(['FROM', 'RUN', 'ENV', 'WORKDIR', 'ARG', 'LABEL']);
   });
 });
 
 describe('planFromBuilder: os', () => {
-  it('defaults to the host userland and accepts it by name', () => {
+  it('plans on whatever base it is given and accepts every known os by name', () => {
     expect(build({}).steps).toEqual([]);
-    expect(build({ os: 'debian-12' }).steps).toEqual([]);
+    for (const os of KNOWN_OS) expect(build({ os }).steps).toEqual([]);
   });
 
   it('an empty builder is a valid plan with no steps', () => {
     expect(build({})).toEqual({
       from: null,
+      base: HOST,
       steps: [],
       env: {},
       workdir: null,
@@ -51,28 +52,18 @@ describe('planFromBuilder: os', () => {
     expect(build({ apt: [], npm: [], pip: [], runtimes: [], env: {} }).steps).toEqual([]);
   });
 
-  it.each(['ubuntu-22.04', 'ubuntu-24.04', 'alpine-3.19'])('refuses %s, explaining only the host userland can be built', (os) => {
-    const message = builderError({ os }, 'os');
-    expect(message).toContain(`"${os}" cannot be built on this server`);
-    expect(message).toContain(`only "debian-12" (this server's own userland) can be built here`);
-    expect(message).toContain('ubuntu-22.04, ubuntu-24.04 and alpine-3.19 need a package mirror this server cannot reach');
-  });
-
   it('refuses unknown systems, listing the known values', () => {
     for (const os of ['windows', 'Debian-12', 'debian-11', '']) {
       const message = builderError({ os }, 'os');
       expect(message).toContain(`unknown operating system ${JSON.stringify(os)}`);
-      expect(message).toContain('known values: ubuntu-22.04, ubuntu-24.04, debian-12, alpine-3.19');
+      expect(message).toContain('use one of ubuntu-22.04, ubuntu-24.04, debian-12, alpine-3.19');
     }
   });
 
   it('says not implemented when the host itself has no package catalogue', () => {
-    const err = rejection(() => planFromBuilder({}, 'ubuntu-24.04', NODE), AppError);
+    const err = rejection(() => planFromBuilder({}, { os: 'ubuntu-24.04', kind: 'host' }, NODE), AppError);
     expect(err.status).toBe(501);
-    // but a request naming another OS still gets the 400 naming the field
-    expect(rejects400(() => planFromBuilder({ os: 'debian-12' }, 'ubuntu-24.04', NODE), 'os')).toContain(
-      'only "ubuntu-24.04" (this server\'s own userland)',
-    );
+    expect(rejection(() => planFromBuilder({}, { os: 'alpine-3.19', kind: 'image' }, NODE), AppError).status).toBe(501);
   });
 });
 
@@ -185,6 +176,52 @@ describe('planFromBuilder: runtimes', () => {
     });
     expect(plan.summary.runtimes.map((r) => r.name)).toEqual(['python', 'go']);
     expect(plan.steps[0].script).toContain('--no-install-recommends python3 python3-pip python3-venv golang-go\n');
+  });
+});
+
+describe('planFromBuilder: on an OS image', () => {
+  const image = (os: string) => ({ os, kind: 'image' as const });
+  const on = (os: string, input: BuilderInput) => planFromBuilder(input, image(os), NODE);
+  const all = ['python', 'node', 'go', 'java', 'ruby', 'rust'].map((name) => ({ name, version: '*' }));
+
+  it.each([
+    ['debian-12', { python: '3.11', node: '18', go: '1.19', java: '17', ruby: '3.1', rust: '1.63' }, 'openjdk-17-jdk-headless'],
+    ['ubuntu-22.04', { python: '3.10', node: '12', go: '1.18', java: '17', ruby: '3.0', rust: '1.75' }, 'openjdk-17-jdk-headless'],
+    ['ubuntu-24.04', { python: '3.12', node: '18', go: '1.22', java: '21', ruby: '3.2', rust: '1.75' }, 'openjdk-21-jdk-headless'],
+  ])('%s: runtimes are the distribution’s own packages and versions', (os, versions, jdk) => {
+    const plan = on(os, { runtimes: all });
+    expect(plan.base).toEqual(image(os));
+    expect(Object.fromEntries(plan.summary.runtimes.map((r) => [r.name, r.version]))).toEqual(versions);
+    expect(plan.summary.runtimes.find((r) => r.name === 'node')!.packages).toEqual(['nodejs', 'npm']);
+    expect(plan.steps[0].script).toContain(
+      `--no-install-recommends python3 python3-pip python3-venv nodejs npm golang-go ${jdk} ruby-full rustc cargo\n`,
+    );
+  });
+
+  it('names the distribution when another version is asked for', () => {
+    const err = rejection(() => on('ubuntu-24.04', { runtimes: [{ name: 'python', version: '3.11' }] }), AppError);
+    expect(err.status).toBe(400);
+    expect(err.message).toContain('Ubuntu 24.04 provides python 3.12');
+    expect(err.message).toContain('use "3.12", "3", "*" or "latest"');
+  });
+
+  it('installs the distribution’s npm (with nodejs) for npm packages, and python3-pip for pip ones', () => {
+    const plan = on('debian-12', { npm: ['left-pad'], pip: ['requests'], apt: ['jq'] });
+    expect(plan.summary.apt).toEqual(['python3-pip', 'npm', 'jq']);
+    expect(plan.steps.map((st) => st.title)).toEqual(['apt-get install python3-pip npm jq', 'npm install -g left-pad', 'pip install requests']);
+    // On the host's userland, npm is the base layer's own.
+    expect(build({ npm: ['left-pad'] }).summary.apt).toEqual([]);
+  });
+
+  it('gives Ubuntu 22.04’s pip 22.0 only the options it knows', () => {
+    expect(on('ubuntu-22.04', { pip: ['requests'] }).steps[1].script).toBe('python3 -m pip install --no-cache-dir requests');
+    expect(on('ubuntu-24.04', { pip: ['requests'] }).steps[1].script).toBe(
+      'python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore requests',
+    );
+  });
+
+  it('says not implemented for alpine-3.19 (no image is built for it)', () => {
+    expect(rejection(() => on('alpine-3.19', {}), AppError).status).toBe(501);
   });
 });
 

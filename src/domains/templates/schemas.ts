@@ -14,7 +14,11 @@ export const CreateTemplateBody = z
       .min(1)
       .max(40)
       .optional()
-      .describe('Default: this server’s own OS (see base-ubuntu’s `os`); other values are refused with the reason'),
+      .describe(
+        'ubuntu-22.04, ubuntu-24.04, debian-12 or alpine-3.19: the template is built on an image of that distribution, made from the ' +
+          'mirror the operator configured (a build whose mirror is unreachable fails with the reason; alpine-3.19 answers 501). ' +
+          'Default: ubuntu-24.04 when its image can be built here, else this server’s own userland (the template’s `os` and `osImage` say which)',
+      ),
     runtimes: z
       .array(z.object({ name: z.string().min(1).max(40), version: z.string().min(1).max(40) }).strict())
       .max(20)
@@ -47,7 +51,10 @@ export const Template = z
     progress: z.number().describe('Build progress, 0 to 100'),
     buildLog: z.string().describe('URL of the build log stream (`Accept: text/event-stream`)'),
     system: z.boolean().describe('A built-in template every organization can use'),
-    os: z.string(),
+    os: z.string().describe('The distribution the template runs, e.g. `debian-12`'),
+    osImage: z
+      .boolean()
+      .describe('true: built on an image of `os` made from its distribution’s mirror; false: on this server’s own userland (base-ubuntu)'),
     runs: z.string().describe('What a sandbox of this template runs, in words'),
     source: z.enum(['base', 'builder', 'dockerfile']),
     parent: z.string().nullable().describe('Slug of the template it is built on (null: the base layer)'),

@@ -5,9 +5,9 @@ import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
-import { requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
+import { OS_DEFINITIONS, requireFreeDisk, type Layer } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
-import { planFromBuilder, planFromDockerfile, type BuildPlan } from './plan.js';
+import { type BuildBase, type BuildPlan, checkOs, planFromBuilder, planFromDockerfile } from './plan.js';
 import type { CreateTemplateBody, Template, TemplateCreated } from './schemas.js';
 
 type Row = Selectable<TemplatesTable>;
@@ -28,6 +28,8 @@ export interface ResolvedTemplate {
   workdir: string | null;
   /** Read-only layers, topmost first (the base layer is added below by the runtime). */
   layers: Layer[];
+  /** The OS image below the layers (ADR 0022); null: the host's base layer. */
+  image: Layer | null;
   /** Started in the background when a sandbox of this template starts (desktop-ubuntu's display). */
   startCmd: string | null;
   /** The node that holds its built layer (layers are host-local), or null when it has none (base-ubuntu: every node). */
@@ -77,7 +79,47 @@ export async function resolveTemplate(ctx: Ctx, slug: string, id?: string): Prom
   if (!row) throw errors.notFound('template', slug);
   if (row.id === DESKTOP_ID && (row.status === 'pending' || row.status === 'failed')) requestSystemBuild(ctx.deps);
   const c = await chain(ctx, row);
-  return { id: row.id, slug: row.slug, status: row.status, ...c, startCmd: startCmdOf(row), nodeId: c.layers.length ? row.node_id : null };
+  const image = await imageOf(ctx.deps, row);
+  return {
+    id: row.id,
+    slug: row.slug,
+    status: row.status,
+    ...c,
+    image,
+    startCmd: startCmdOf(row),
+    nodeId: c.layers.length || image ? row.node_id : null,
+  };
+}
+
+/** What a template stands on (the host's userland for plans from before OS images). */
+export function baseOf(row: Pick<Row, 'plan' | 'os'>): BuildBase {
+  return (JSON.parse(row.plan) as BuildPlan).base ?? { os: row.os, kind: 'host' };
+}
+
+/** The OS image a ready template was built on, null for one on the host's userland; 503 when it is gone from this node. */
+async function imageOf(deps: Deps, row: Row): Promise<Layer | null> {
+  const plan = JSON.parse(row.plan) as BuildPlan;
+  if (plan.base?.kind !== 'image' || !plan.image) return null;
+  const image = await deps.sandboxes.images.find(plan.image);
+  if (!image) {
+    throw errors.unavailable(
+      `the ${plan.base.os} image template "${row.slug}" was built on (${plan.image}) is no longer on this server; build the template again`,
+    );
+  }
+  return { root: image.root, usr: image.usr };
+}
+
+/**
+ * The os of a template whose request leaves `os` out: the spec's default, ubuntu-24.04, when its image can be
+ * built here (a keyring to verify its mirror with, and the mirror answers: the probe is cached for a minute);
+ * else this server's own userland, as before OS images, with the reason kept for the template's `runs`.
+ */
+async function defaultBase(deps: Deps): Promise<BuildBase & { fallback?: string }> {
+  const os = 'ubuntu-24.04';
+  const images = deps.sandboxes.images;
+  const why = (await images.buildable(os)) ?? (await images.probe(os));
+  if (!why) return { os, kind: 'image' };
+  return { os: deps.sandboxes.base.os, kind: 'host', fallback: `os left out and ${os} is not available here (${why})` };
 }
 
 /**
@@ -102,6 +144,7 @@ function toTemplate(deps: Deps, row: Row, parentSlug: string | null): Template {
   const plan = JSON.parse(row.plan) as BuildPlan;
   const base = deps.sandboxes.base;
   const packages = { apt: plan.summary?.apt ?? [], npm: plan.summary?.npm ?? [], pip: plan.summary?.pip ?? [] };
+  const on = plan.base ?? { os: row.os, kind: 'host' as const };
   let runs: string;
   if (row.source === 'base') runs = base.description;
   else {
@@ -111,7 +154,11 @@ function toTemplate(deps: Deps, row: Row, parentSlug: string | null): Template {
       packages.pip.length ? `pip: ${packages.pip.join(', ')}` : '',
       row.source === 'dockerfile' ? `${plan.steps.length} RUN step(s) from a Dockerfile` : '',
     ].filter(Boolean);
-    runs = `${base.osName} (this server's userland) with ${parentSlug ? `template ${parentSlug}` : 'nothing else'} below${adds.length ? `, adding ${adds.join('; ')}` : ''}`;
+    const bottom =
+      on.kind === 'image'
+        ? `${OS_DEFINITIONS[on.os]?.name ?? on.os} (an image built from its distribution's mirror)`
+        : `${base.osName} (this server's userland${plan.fallback ? `; ${plan.fallback}` : ''})`;
+    runs = `${bottom} with ${parentSlug ? `template ${parentSlug}` : 'nothing else'} below${adds.length ? `, adding ${adds.join('; ')}` : ''}`;
     if (row.id === DESKTOP_ID) runs += '; each sandbox starts an X display :99 (Xvfb, 1280x800) with the openbox window manager';
   }
   return {
@@ -123,6 +170,7 @@ function toTemplate(deps: Deps, row: Row, parentSlug: string | null): Template {
     buildLog: `${deps.config.urls.orchestrator}/v1/templates/${row.slug}/logs`,
     system: row.owner === SYSTEM,
     os: row.os,
+    osImage: on.kind === 'image',
     runs,
     source: row.source,
     parent: parentSlug,
@@ -138,7 +186,7 @@ function toTemplate(deps: Deps, row: Row, parentSlug: string | null): Template {
 }
 
 async function parentSlugOf(ctx: Ctx, row: Row): Promise<string | null> {
-  if (!row.parent_id) return row.source === 'base' ? null : 'base-ubuntu';
+  if (!row.parent_id) return defaultParent(row);
   const p = await exec(ctx).selectFrom('templates').select('slug').where('id', '=', row.parent_id).executeTakeFirst();
   return p?.slug ?? null;
 }
@@ -179,7 +227,12 @@ export async function listTemplates(ctx: Ctx): Promise<Template[]> {
     .orderBy('slug')
     .execute();
   const byId = new Map(rows.map((r) => [r.id, r]));
-  return rows.map((r) => toTemplate(ctx.deps, r, r.parent_id ? (byId.get(r.parent_id)?.slug ?? null) : r.source === 'base' ? null : 'base-ubuntu'));
+  return rows.map((r) => toTemplate(ctx.deps, r, r.parent_id ? (byId.get(r.parent_id)?.slug ?? null) : defaultParent(r)));
+}
+
+/** A template without a parent template stands on base-ubuntu (the host's userland) or on an OS image (no parent). */
+function defaultParent(row: Row): string | null {
+  return row.source === 'base' || baseOf(row).kind === 'image' ? null : 'base-ubuntu';
 }
 
 export type TemplateEvent = 'created' | 'build_started' | 'ready' | 'failed' | 'deleted';
@@ -234,12 +287,24 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
         throw errors.invalidState(`FROM ${first.from}: that template is ${parent.status}; build on it once it is ready`, parent.status);
       const c = await chain(ctx, parent);
       plan = planFromDockerfile(body.dockerfile, { env: c.env, workdir: c.workdir });
+      // A child stands on exactly what its parent stands on.
+      const parentPlan = JSON.parse(parent.plan) as BuildPlan;
+      plan.base = baseOf(parent);
+      if (parentPlan.image) plan.image = parentPlan.image;
     } else {
       parent = first.from === 'base-ubuntu' ? ((await findBySlug(ctx, 'base-ubuntu')) ?? null) : null;
-      plan = first;
+      plan = { ...first, base: { os: deps.sandboxes.base.os, kind: 'host' } };
     }
   } else {
-    plan = planFromBuilder(body, deps.sandboxes.base.os);
+    let base: BuildBase & { fallback?: string };
+    if (body.os !== undefined) {
+      base = { os: checkOs(body.os), kind: 'image' };
+      const refused = await deps.sandboxes.images.buildable(base.os);
+      if (refused) throw base.os.startsWith('alpine') ? errors.notImplemented(`building ${base.os} templates`) : errors.unavailable(refused);
+    } else base = await defaultBase(deps);
+    const { fallback, ...on } = base;
+    plan = planFromBuilder(body, on);
+    if (fallback) plan.fallback = fallback;
   }
   if (parent?.source === 'base') parent = null;
   const now = nowIso();
@@ -250,7 +315,7 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
     name: body.name,
     status: 'pending',
     progress: 0,
-    os: deps.sandboxes.base.os,
+    os: plan.base?.os ?? deps.sandboxes.base.os,
     source: body.dockerfile !== undefined ? 'dockerfile' : 'builder',
     request: JSON.stringify(body),
     plan: JSON.stringify(plan),
@@ -387,7 +452,10 @@ export async function ensureSystemTemplates(deps: Deps): Promise<void> {
       oc.column('id').doUpdateSet({ status: baseRow.status, progress: baseRow.progress, os: base.os, error: baseRow.error, updated_at: now }),
     )
     .execute();
-  const desktopPlan = planFromBuilder({ apt: DESKTOP_PACKAGES, env: { DISPLAY: ':99' } }, base.os === 'unknown' ? 'debian-12' : base.os);
+  const desktopPlan = planFromBuilder(
+    { apt: DESKTOP_PACKAGES, env: { DISPLAY: ':99' } },
+    { os: base.os === 'unknown' ? 'debian-12' : base.os, kind: 'host' },
+  );
   await db
     .insertInto('templates')
     .values({

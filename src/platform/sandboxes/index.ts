@@ -6,7 +6,8 @@ import { errors } from '../http/errors.js';
 import { RuncRuntime } from './runc.js';
 import type { SandboxRuntime } from './types.js';
 
-export type { Assignment, BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
+export type { Assignment, BaseInfo, ContainerSpec, ContainerStatus, Layer, OsImage, OsImageStore, SandboxRuntime } from './types.js';
+export { KNOWN_OS, OS_DEFINITIONS, mirrorSetting } from './os-images.js';
 export {
   AGENT_LIMITS,
   AgentClient,
@@ -34,6 +35,7 @@ const DRIVERS: Readonly<Record<SandboxConfig['driver'], DriverFactory>> = {
       agentBinary: AGENT_BINARY,
       subnetOctet: config.subnetOctet,
       networkAllow: config.networkAllow,
+      mirrors: config.mirrors,
       log,
     }),
 };
@@ -77,6 +79,12 @@ export function unavailableSandboxRuntime(reason: string): SandboxRuntime {
     unavailableReason: reason,
     networkReason: reason,
     base: { os: 'unknown', osName: 'unknown', description: `unavailable: ${reason}` },
+    images: {
+      probe: async () => reason,
+      buildable: async () => reason,
+      ensure: fail,
+      find: async () => null,
+    },
     start: fail,
     assign: fail,
     spareNetworks: async () => false,

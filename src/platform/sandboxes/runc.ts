@@ -10,6 +10,7 @@ import { cgroupSetup, type CgroupInfo } from '../isolation/cgroups.js';
 import { AgentClient } from './agent-client.js';
 import { ensureBaseLayer, nameservers } from './base-layer.js';
 import { SandboxNetwork } from './network.js';
+import { type Mirrors, OsImages } from './os-images.js';
 import type { Assignment, BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
 
 const execFileP = promisify(execFile);
@@ -23,6 +24,8 @@ export interface RuncOptions {
   subnetOctet: number;
   /** HANGAR_SANDBOX_NETWORK_ALLOW: private networks sandboxes and builds may reach all the same. */
   networkAllow?: readonly string[];
+  /** Package mirrors OS images are built from (ADR 0022). */
+  mirrors: Mirrors;
   log: Logger;
   runc?: string;
 }
@@ -157,6 +160,7 @@ export class RuncRuntime implements SandboxRuntime {
   private readonly runc: string;
   /** The agent binary containers bind in: a copy under /run/hangar/agent (see stageAgent). */
   private agentPath: string;
+  readonly images: OsImages;
 
   private constructor(
     private readonly opts: RuncOptions,
@@ -172,6 +176,7 @@ export class RuncRuntime implements SandboxRuntime {
     this.stateRoot = path.join('/run/hangar/runc', opts.installId);
     this.runc = opts.runc ?? 'runc';
     this.agentPath = opts.agentBinary;
+    this.images = new OsImages(opts.dir, opts.mirrors, opts.log);
   }
 
   static async create(opts: RuncOptions): Promise<RuncRuntime> {
@@ -508,12 +513,27 @@ export class RuncRuntime implements SandboxRuntime {
     }
   }
 
-  /** The sandbox user's passwd/group entries and home folder, written into a new writable layer before it is mounted. */
+  /**
+   * The sandbox user's passwd/group entries and home folder, written into a new writable layer before it is mounted.
+   * The accounts are the layers' own (the host's base layer or the OS image at the bottom); the user's shell is bash
+   * where the userland has one (Alpine's has only /bin/sh).
+   */
   private async personalize(upperRoot: string, spec: ContainerSpec): Promise<void> {
     await fs.mkdir(path.join(upperRoot, 'etc'), { recursive: true, mode: 0o755 });
-    const passwd = await fs.readFile(path.join(this.baseRoot, 'etc/passwd'), 'utf8');
-    const group = await fs.readFile(path.join(this.baseRoot, 'etc/group'), 'utf8');
-    await fs.writeFile(path.join(upperRoot, 'etc/passwd'), `${passwd}user:x:${spec.uid}:${spec.uid}:Sandbox user:/home/user:/bin/bash\n`);
+    // The accounts of the topmost layer that has them (a template's packages may have added system users).
+    const roots = [...spec.layers.map((l) => l.root), spec.image?.root ?? this.baseRoot];
+    const accounts = async (file: string) => {
+      for (const root of roots) {
+        const text = await fs.readFile(path.join(root, 'etc', file), 'utf8').catch(() => null);
+        if (text !== null) return withNewline(text);
+      }
+      return '';
+    };
+    const passwd = await accounts('passwd');
+    const group = await accounts('group');
+    const bash = spec.image ? await exists(path.join(spec.image.usr, 'bin/bash')) : true;
+    const shell = bash ? '/bin/bash' : '/bin/sh';
+    await fs.writeFile(path.join(upperRoot, 'etc/passwd'), `${passwd}user:x:${spec.uid}:${spec.uid}:Sandbox user:/home/user:${shell}\n`);
     await fs.writeFile(path.join(upperRoot, 'etc/group'), `${group}user:x:${spec.uid}:\n`);
     await fs.writeFile(path.join(upperRoot, 'etc/hostname'), `${spec.hostname}\n`);
     await fs.writeFile(path.join(upperRoot, 'etc/hosts'), `127.0.0.1\tlocalhost ${spec.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n`);
@@ -531,7 +551,7 @@ export class RuncRuntime implements SandboxRuntime {
     if (!(await isMountPoint(rootfs))) {
       await overlay(
         path.join(dir, 'ovl/root'),
-        [...spec.layers.map((l) => l.root), this.baseRoot],
+        [...spec.layers.map((l) => l.root), spec.image?.root ?? this.baseRoot],
         upper.root,
         path.join(dir, 'upper/work/root'),
         rootfs,
@@ -541,7 +561,7 @@ export class RuncRuntime implements SandboxRuntime {
     if (!(await isMountPoint(usr))) {
       await overlay(
         path.join(dir, 'ovl/usr'),
-        [...spec.layers.map((l) => l.usr), ...this.baseUsr, '/usr'],
+        [...spec.layers.map((l) => l.usr), ...(spec.image ? [spec.image.usr] : [...this.baseUsr, '/usr'])],
         upper.usr,
         path.join(dir, 'upper/work/usr'),
         usr,
@@ -641,6 +661,10 @@ export class RuncRuntime implements SandboxRuntime {
       });
     });
   }
+}
+
+function withNewline(text: string): string {
+  return text === '' || text.endsWith('\n') ? text : `${text}\n`;
 }
 
 async function lastRuncError(file: string): Promise<string> {

@@ -16,6 +16,8 @@ export interface ContainerSpec {
   id: string;
   /** Lower layers, topmost first; the base layer (host userland) is added below them by the runtime. */
   layers: Layer[];
+  /** An OS image (ADR 0022) to stack the layers on in place of the host's userland; absent: the host's base layer. */
+  image?: Layer | null;
   /** Host uid/gid the processes run as; 0 only for template builds. */
   uid: number;
   hostname: string;
@@ -50,6 +52,8 @@ export interface SandboxRuntime {
   readonly networkReason: string | null;
   /** What the base layer is, for GET /v1/templates: the host's OS and how its userland is used. */
   readonly base: BaseInfo;
+  /** OS images templates can be built on (ADR 0022). */
+  readonly images: OsImageStore;
   /** Creates the writable layer if needed, mounts, and starts the container with its agent; resolves when the agent accepts requests. */
   start(spec: ContainerSpec): Promise<void>;
   /**
@@ -92,4 +96,23 @@ export interface BaseInfo {
   os: string;
   osName: string;
   description: string;
+}
+
+/** A built OS image: a root tree and a /usr tree, with the id a template records. */
+export interface OsImage extends Layer {
+  /** `<os>-<mirror hash>/<generation>`. */
+  id: string;
+  os: string;
+}
+
+/** The node's OS images (src/platform/sandboxes/os-images.ts). */
+export interface OsImageStore {
+  /** null when the os's mirror answers, else why not; cached for a minute. */
+  probe(os: string): Promise<string | null>;
+  /** Whether images of `os` can be built here at all (null) or why not (a missing keyring, an os not built yet). */
+  buildable(os: string): Promise<string | null>;
+  /** The image new builds of `os` use, built first when there is none (an unreachable mirror fails it fast). */
+  ensure(os: string, log: (line: string) => Promise<void>, signal?: AbortSignal): Promise<OsImage>;
+  /** A built image by id, null once gone. */
+  find(id: string): Promise<OsImage | null>;
 }
