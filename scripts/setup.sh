@@ -27,6 +27,7 @@ PACKAGES=(
   runc                    # persistent sandboxes (OCI containers)
   nftables iproute2       # sandbox networking: bridge, veth, NAT and the host-protecting rules
   e2fsprogs util-linux mount # sandbox disks: mkfs.ext4, losetup, mount (a sized ext4 image per sandbox and build)
+  user-mode-linux busybox-static cpio kmod # the cgroup v2 test guest (scripts/guest, ADR 0021)
 )
 
 install_packages() {

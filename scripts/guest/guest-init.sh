@@ -1,9 +1,9 @@
 #!/bin/sh
 # PID 1 of the cgroup v2 test guest (ADR 0021), run from the host's own filesystem after the initramfs made an
-# overlay root (host / read-only underneath, tmpfs on top). Sets up what a cgroup v2 host has: cgroup2 with
+# overlay root (host / read-only underneath over hostfs, tmpfs on top). Sets up what a cgroup v2 host has: cgroup2 with
 # nsdelegate at /sys/fs/cgroup, /proc, /sys, /dev/pts, a fresh /run, an ext4 scratch disk for /tmp, /var/tmp and
 # /var/lib/hangar (overlayfs upper dirs and loop images need a real filesystem, not the overlay root), the kernel's
-# modules from the cache, loopback + user-mode networking; then runs the command written by scripts/guest/run.sh
+# modules of the user-mode-linux package, loopback; then runs the command written by scripts/guest/run.sh
 # and powers off. Its exit code goes back to the host through the exchange share.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 arg() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" /proc/cmdline; }
@@ -28,63 +28,55 @@ mount -t debugfs none /sys/kernel/debug 2>/dev/null || true
 log "cgroup done"
 xchg=$(arg hangar.xchg)
 share=$(arg hangar.share)
-modules=$(arg hangar.modules)
 ver=$(uname -r)
 
-# Kernel modules: the cache's unpacked tree, reachable over the shared filesystem, at the usual place, so
-# modprobe and the kernel's own module autoloading work.
+# Kernel modules: the package's tree at the usual place, so modprobe and the kernel's module autoloading work.
 mkdir -p "/lib/modules/$ver"
-mount --bind "$modules" "/lib/modules/$ver"
-# virtio_net and loop now (the network is set up below; /dev/loop-control exists only once loop is loaded); the
-# rest of what sandboxes use is loaded in the background meanwhile, and the kernel autoloads anything else.
-modprobe -a virtio_net loop || log "modprobe virtio_net loop failed"
-( modprobe -a veth bridge br_netfilter nf_tables nft_chain_nat nft_ct nft_nat nft_masq nft_reject_inet nft_fib_inet \
+mount --bind "/usr/lib/uml/modules/$ver" "/lib/modules/$ver"
+# loop now (/dev/loop-control exists only once it is loaded); the rest of what sandboxes use is loaded in the
+# background meanwhile, and the kernel autoloads anything else.
+modprobe loop || log "modprobe loop failed"
+( modprobe -a veth bridge br_netfilter nf_tables nft_ct nft_masq nft_reject \
     nf_nat nf_conntrack tun dummy || log "modprobe failed for some modules" ) &
 mods=$!
 
 # The exchange directory (command, environment, exit code) and an optional read-write share, both at their host paths.
 mkdir -p /run/hangar-guest
-mount -t virtiofs xchg /run/hangar-guest || { log "cannot mount the exchange share"; off; }
+mount -t hostfs -o "$xchg" hostfs /run/hangar-guest || { log "cannot mount the exchange share"; off; }
 
 # Scratch disk: a sparse file on the host, formatted there for every boot.
 mkdir -p /run/scratch
-mount -o discard,noatime /dev/vda /run/scratch || { log "cannot mount the scratch disk"; }
+mount -o noatime /dev/ubda /run/scratch || { log "cannot mount the scratch disk"; }
 for d in tmp var/tmp var/lib/hangar; do
   mkdir -p "/run/scratch/$d" "/$d"
   mount --bind "/run/scratch/$d" "/$d"
 done
 chmod 1777 /tmp /var/tmp
 mkdir -p "$xchg" && mount --bind /run/hangar-guest "$xchg"
-if [ -n "$share" ]; then mkdir -p "$share" && mount -t virtiofs share "$share" || log "cannot mount the share $share"; fi
+if [ -n "$share" ]; then mkdir -p "$share" && mount -t hostfs -o "$share" hostfs "$share" || log "cannot mount the share $share"; fi
 
-log "net"
-# Networking: loopback, and QEMU's user-mode network (the host is 10.0.2.2, its DNS forwarder 10.0.2.3).
+# Networking: loopback only (sandboxes get their bridge and NAT from Hangar itself; nothing leaves the guest).
 hostname hangar-guest
 ip link set lo up
-eth=$(ls /sys/class/net | grep -v -e '^lo$' | head -n1)
-if [ -n "$eth" ]; then
-  ip link set "$eth" up
-  ip addr add 10.0.2.15/24 dev "$eth"
-  ip route add default via 10.0.2.2
-  rm -f /etc/resolv.conf; echo "nameserver 10.0.2.3" >/etc/resolv.conf
-fi
 printf '127.0.0.1 localhost\n::1 localhost\n127.0.1.1 hangar-guest\n' >/etc/hosts
 echo hangar-guest >/etc/hostname
 
-# Standard output and error: virtio serial ports named by run.sh, streamed by QEMU to the caller's own.
-out=/dev/null; err=/dev/null
-for p in /sys/class/virtio-ports/*; do
-  case $(cat "$p/name" 2>/dev/null) in
-    hangar.stdout) out=/dev/$(basename "$p") ;;
-    hangar.stderr) err=/dev/$(basename "$p") ;;
-  esac
-done
+# Standard output and error: consoles 1 and 2, which run.sh attached to its own, set raw (no CR/LF translation).
+# The command writes to pipes copied to them, so it sees a pipe as the caller's output would be, not a terminal.
+stty -F /dev/tty1 raw -echo 2>/dev/null; stty -F /dev/tty2 raw -echo 2>/dev/null
+mkfifo /run/hangar-guest.out /run/hangar-guest.err
+cat /run/hangar-guest.out >/dev/tty1 &
+c1=$!
+cat /run/hangar-guest.err >/dev/tty2 &
+c2=$!
 wait "$mods"
 log "ready"
 # run.sh wrote env (exports) and cmd (the command, quoted); the command runs in a session of its own.
-setsid /bin/bash -c '. /run/hangar-guest/env && cd "$HANGAR_GUEST_CWD" && . /run/hangar-guest/cmd' </dev/null >"$out" 2>"$err" &
+setsid /bin/bash -c '. /run/hangar-guest/env && cd "$HANGAR_GUEST_CWD" && . /run/hangar-guest/cmd' \
+  </dev/null >/run/hangar-guest.out 2>/run/hangar-guest.err &
 wait $!
 rc=$?
+wait "$c1" "$c2"
 echo "$rc" >/run/hangar-guest/rc.tmp && mv /run/hangar-guest/rc.tmp /run/hangar-guest/rc
 log "exit $rc"
 off
