@@ -31,8 +31,10 @@ share=$(arg hangar.share)
 ver=$(uname -r)
 
 # Kernel modules: the package's tree at the usual place, so modprobe and the kernel's module autoloading work.
-mkdir -p "/lib/modules/$ver"
-mount --bind "/usr/lib/uml/modules/$ver" "/lib/modules/$ver"
+if [ -d "/usr/lib/uml/modules/$ver" ]; then
+  mkdir -p "/lib/modules/$ver"
+  mount --bind "/usr/lib/uml/modules/$ver" "/lib/modules/$ver"
+fi
 # loop now (/dev/loop-control exists only once it is loaded); the rest of what sandboxes use is loaded in the
 # background meanwhile, and the kernel autoloads anything else.
 modprobe loop || log "modprobe loop failed"

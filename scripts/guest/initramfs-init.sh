@@ -11,7 +11,8 @@ arg() { busybox sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" /proc/cmdline; }
 init=$(arg hangar.init)
 ver=$(busybox uname -r)
 busybox mount -r -t hostfs -o / hostfs /host || fail "cannot mount the host filesystem (hostfs)"
-busybox insmod "/host/usr/lib/uml/modules/$ver/kernel/fs/overlayfs/overlay.ko" || fail "cannot load overlay.ko"
+busybox grep -qw overlay /proc/filesystems \
+  || busybox insmod "/host/usr/lib/uml/modules/$ver/kernel/fs/overlayfs/overlay.ko" || fail "cannot load overlay.ko"
 busybox mount -t tmpfs -o mode=755 rw /rw || fail "tmpfs"
 busybox mkdir -p /rw/upper /rw/work
 busybox mount -t overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work root /newroot || fail "overlay root"

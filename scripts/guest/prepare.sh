@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the cgroup v2 test guest (ADR 0021): a small initramfs (static busybox + /init) for Debian's
 # User-Mode Linux kernel (package user-mode-linux: /usr/bin/linux.uml, modules in /usr/lib/uml/modules), kept in
-# a cache directory out of git. Idempotent: rebuilt only when /init, busybox or the kernel is newer than it.
+# a cache directory out of git. Idempotent: built only when missing for the current /init and busybox.
 # Prints the initramfs path; exits non-zero with the reason when something is missing.
 #
 #   HANGAR_GUEST_CACHE   cache directory (default /var/cache/hangar-guest)
@@ -17,17 +17,18 @@ done
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
-out="$cache/initramfs.cpio.gz"
-uml=$(command -v linux.uml)
-if [ ! -e "$out" ] || [ "$here/initramfs-init.sh" -nt "$out" ] || [ "$(command -v busybox)" -nt "$out" ] || [ "$uml" -nt "$out" ]; then
+# Named by what goes in, so a changed /init never replaces the one a running guest booted from.
+key=$(cat "$here/initramfs-init.sh" "$(command -v busybox)" | sha256sum | cut -c1-12)
+out="$cache/initramfs-$key.cpio.gz"
+if [ ! -e "$out" ]; then
   root=$(mktemp -d "$cache/.initramfs.XXXXXX")
   mkdir -p "$root"/{bin,dev,proc,sys,host,rw,newroot}
   cp "$(command -v busybox)" "$root/bin/busybox"
   ln -s busybox "$root/bin/sh"
   cp "$here/initramfs-init.sh" "$root/init"
   chmod 755 "$root/init"
-  (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$out.tmp"
-  mv -f "$out.tmp" "$out"
+  (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$out.tmp.$$"
+  mv -f "$out.tmp.$$" "$out"
   rm -rf "$root"
 fi
 echo "$out"

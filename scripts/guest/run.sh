@@ -13,6 +13,7 @@
 # standard output and error are streamed to the caller's; standard input is empty.
 #
 #   HANGAR_GUEST_CACHE   initramfs cache (default /var/cache/hangar-guest)
+#   HANGAR_GUEST_KERNEL  the UML kernel binary (default: linux.uml of the user-mode-linux package)
 #   HANGAR_GUEST_MEM     guest memory (default 4G)
 #   HANGAR_GUEST_DISK    scratch disk size, sparse (default 32G)
 #   HANGAR_GUEST_SHARE   a host directory mounted read-write at the same path in the guest (e.g. for result files)
@@ -24,6 +25,8 @@ die() { echo "hangar guest: $*" >&2; exit 125; }
 [ $# -gt 0 ] || die "usage: scripts/guest/run.sh <command> [args...]"
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 initrd=$(bash "$here/prepare.sh") || die "preparing the guest failed"
+kernel=${HANGAR_GUEST_KERNEL:-$(command -v linux.uml)}
+[ -x "$kernel" ] || die "no User-Mode Linux kernel: install the user-mode-linux package (scripts/setup.sh) or set HANGAR_GUEST_KERNEL"
 
 run=$(mktemp -d /tmp/hangar-guest.XXXXXX)
 xchg="$run/xchg"
@@ -46,6 +49,8 @@ trap 'exit 130' INT TERM
   done
 } >"$xchg/env"
 { printf 'exec'; printf ' %q' "$@"; printf '\n'; } >"$xchg/cmd"
+# The guest's PID 1 runs a copy, so editing guest-init.sh never changes a guest that is already running.
+cp "$here/guest-init.sh" "$xchg/init"
 
 # Formatted here, natively, for every run.
 truncate -s "${HANGAR_GUEST_DISK:-32G}" "$run/scratch.img"
@@ -57,12 +62,15 @@ share=
 args=(mem="${HANGAR_GUEST_MEM:-4G}" initrd="$initrd" ubd0="$run/scratch.img" umid="hangar-guest-$$" uml_dir="$run"
   con=null ssl=null con0=null,fd:5 con1=null,fd:6 con2=null,fd:7
   loglevel=4 panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1
-  hangar.init="$here/guest-init.sh" hangar.xchg="$xchg")
+  hangar.init="$xchg/init" hangar.xchg="$xchg")
 [ -z "$share" ] || args+=(hangar.share="$share")
 
-# UML keeps the guest's memory in a file it creates (and unlinks) under TMPDIR. Its own start-up chatter (on its
-# stdout and stderr) goes to the console log; the guest's consoles 1 and 2 are this script's stdout and stderr.
-TMPDIR=$run timeout --foreground -k 10 "${HANGAR_GUEST_TIMEOUT:-1800}" linux.uml "${args[@]}" \
+# UML keeps the guest's memory in a file it creates (and unlinks) under TMPDIR: on tmpfs (/dev/shm) when there is
+# one, so the guest's memory is never written back to disk. Its own start-up chatter (on its stdout and stderr)
+# goes to the console log; the guest's consoles 1 and 2 are this script's stdout and stderr.
+memdir=$run
+[ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ] && memdir=/dev/shm
+TMPDIR=$memdir timeout --foreground -k 10 "${HANGAR_GUEST_TIMEOUT:-1800}" "$kernel" "${args[@]}" \
   </dev/null 6>&1 7>&2 5>"$run/console.log" >>"$run/console.log" 2>&1 &
 uml_pid=$!
 wait "$uml_pid"
@@ -73,7 +81,7 @@ if [ -f "$xchg/rc" ]; then
   exit "$(cat "$xchg/rc")"
 fi
 {
-  echo "hangar guest: the guest ended without the command's exit code (linux.uml exit $urc)"
+  echo "hangar guest: the guest ended without the command's exit code (kernel exit $urc)"
   [ $urc -eq 124 ] && echo "hangar guest: stopped after HANGAR_GUEST_TIMEOUT=${HANGAR_GUEST_TIMEOUT:-1800}s"
   echo "--- guest console (last 60 lines)"; tail -n 60 "$run/console.log"
 } >&2
