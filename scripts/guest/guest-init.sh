@@ -57,9 +57,16 @@ chmod 1777 /tmp /var/tmp
 mkdir -p "$xchg" && mount --bind /run/hangar-guest "$xchg"
 if [ -n "$share" ]; then mkdir -p "$share" && mount -t hostfs -o "$share" hostfs "$share" || log "cannot mount the share $share"; fi
 
-# Networking: loopback only (sandboxes get their bridge and NAT from Hangar itself; nothing leaves the guest).
+# Networking: loopback, and a LAN-like interface eth0 (a dummy: what is sent there is dropped) with an address and
+# the default route, so the guest looks like a host on a network (sandboxes' rules keep them from the host's own
+# addresses and networks). Sandboxes get their bridge and NAT from Hangar itself; nothing leaves the guest.
 hostname hangar-guest
 ip link set lo up
+if ip link add eth0 type dummy 2>/dev/null; then
+  ip addr add 192.168.100.2/24 dev eth0
+  ip link set eth0 up
+  ip route add default via 192.168.100.1 dev eth0
+fi
 printf '127.0.0.1 localhost\n::1 localhost\n127.0.1.1 hangar-guest\n' >/etc/hosts
 echo hangar-guest >/etc/hostname
 

@@ -20,7 +20,10 @@ SUITES=(
 share=$(mktemp -d /tmp/hangar-guest-test.XXXXXX)
 trap 'rm -rf "$share"' EXIT
 start=$(date +%s)
+# Longer time-outs than vitest.config.ts: system calls cost more in the guest (ptrace), so creating a sandbox takes
+# seconds; the suites assert behaviour, not speed.
 CI=true HANGAR_GUEST_SHARE=$share scripts/guest/run.sh node_modules/.bin/vitest run "${SUITES[@]}" \
+  --testTimeout=120000 --hookTimeout=180000 \
   --reporter=default --reporter=json --outputFile.json="$share/guest.json" "$@"
 rc=$?
 secs=$(($(date +%s) - start))
