@@ -28,6 +28,7 @@ PACKAGES=(
   nftables iproute2       # sandbox networking: bridge, veth, NAT and the host-protecting rules
   e2fsprogs util-linux mount # sandbox disks: mkfs.ext4, losetup, mount (a sized ext4 image per sandbox and build)
   mmdebstrap              # OS images of templates (debian-12, ubuntu-22.04/24.04) built from the configured mirrors (ADR 0022)
+  user-mode-linux busybox-static cpio kmod # the cgroup v2 test guest (scripts/guest, ADR 0021)
 )
 
 install_packages() {
