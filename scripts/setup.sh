@@ -29,6 +29,7 @@ PACKAGES=(
   e2fsprogs util-linux mount # sandbox disks: mkfs.ext4, losetup, mount (a sized ext4 image per sandbox and build)
   mmdebstrap              # OS images of templates (debian-12, ubuntu-22.04/24.04) built from the configured mirrors (ADR 0022)
   user-mode-linux busybox-static cpio kmod # the cgroup v2 test guest (scripts/guest, ADR 0021)
+  linux-source-6.1 bc flex bison # the guest's kernel with sandbox networking, built once (scripts/guest/kernel.sh)
 )
 
 install_packages() {

@@ -13,7 +13,8 @@
 # standard output and error are streamed to the caller's; standard input is empty.
 #
 #   HANGAR_GUEST_CACHE   initramfs cache (default /var/cache/hangar-guest)
-#   HANGAR_GUEST_KERNEL  the UML kernel binary (default: linux.uml of the user-mode-linux package)
+#   HANGAR_GUEST_KERNEL  the UML kernel binary (default: Debian's UML configuration with sandbox networking built in,
+#                        compiled once by scripts/guest/kernel.sh; /usr/bin/linux.uml boots Debian's own, without it)
 #   HANGAR_GUEST_MEM     guest memory (default 4G)
 #   HANGAR_GUEST_DISK    scratch disk size, sparse (default 32G)
 #   HANGAR_GUEST_SHARE   a host directory mounted read-write at the same path in the guest (e.g. for result files)
@@ -25,8 +26,12 @@ die() { echo "hangar guest: $*" >&2; exit 125; }
 [ $# -gt 0 ] || die "usage: scripts/guest/run.sh <command> [args...]"
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 initrd=$(bash "$here/prepare.sh") || die "preparing the guest failed"
-kernel=${HANGAR_GUEST_KERNEL:-$(command -v linux.uml)}
-[ -x "$kernel" ] || die "no User-Mode Linux kernel: install the user-mode-linux package (scripts/setup.sh) or set HANGAR_GUEST_KERNEL"
+if [ -n "${HANGAR_GUEST_KERNEL:-}" ]; then
+  kernel=$HANGAR_GUEST_KERNEL
+else
+  kernel=$(bash "$here/kernel.sh") || die "no guest kernel (scripts/guest/kernel.sh builds it once; HANGAR_GUEST_KERNEL=/usr/bin/linux.uml boots Debian's, whose sandboxes have no network)"
+fi
+[ -x "$kernel" ] || die "the guest kernel $kernel is not an executable User-Mode Linux kernel"
 
 run=$(mktemp -d /tmp/hangar-guest.XXXXXX)
 xchg="$run/xchg"
