@@ -55,6 +55,17 @@ for d in tmp var/tmp var/lib/hangar; do
 done
 chmod 1777 /tmp /var/tmp
 mkdir -p "$xchg" && mount --bind /run/hangar-guest "$xchg"
+# A working directory under one of those (a CI clone in /tmp) would now be hidden by the scratch disk: show the
+# host's directory there again, read-only underneath with the scratch disk on top, as the root is.
+cwd=$(bash -c '. /run/hangar-guest/env && printf %s "$HANGAR_GUEST_CWD"')
+case "$cwd/" in
+  /tmp/* | /var/tmp/* | /var/lib/hangar/*)
+    mkdir -p /run/scratch/.cwd/lower /run/scratch/.cwd/upper /run/scratch/.cwd/work "$cwd"
+    { mount -r -t hostfs -o "$cwd" hostfs /run/scratch/.cwd/lower \
+      && mount -t overlay -o lowerdir=/run/scratch/.cwd/lower,upperdir=/run/scratch/.cwd/upper,workdir=/run/scratch/.cwd/work \
+        cwd "$cwd"; } || log "cannot show the working directory $cwd over the scratch disk"
+    ;;
+esac
 if [ -n "$share" ]; then mkdir -p "$share" && mount -t hostfs -o "$share" hostfs "$share" || log "cannot mount the share $share"; fi
 
 # Networking: loopback, and a LAN-like interface eth0 (a dummy: what is sent there is dropped) with an address and
