@@ -124,6 +124,7 @@ let apt: { id: string; slug: string } | null = null;
 describe('a build from the builder fields', () => {
   const slug = 'cowsay-tools';
 
+  // The build fetches from Debian's real mirror, which at times stalls while apt retries ("Ign:"): minutes, not 30 s.
   it('answers 201 pending, streams its log live until ready, and moves pending → building → ready', async () => {
     const res = await postTemplate(admin, { slug, name: 'Cowsay tools', apt: ['cowsay'], npm: ['left-pad'], env: { GREETING: 'hi' } });
     expect(res.statusCode, res.body).toBe(201);
@@ -172,7 +173,7 @@ describe('a build from the builder fields', () => {
       expect(event.actorUserId).toBe(admin.userId);
     }
     apt = { id: created.id, slug };
-  });
+  }, 180_000);
 
   it('runs in a sandbox with its apt and npm packages and its env', async () => {
     expect(apt).not.toBeNull();
