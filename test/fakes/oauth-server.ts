@@ -75,16 +75,9 @@ export class FakeOAuthServer {
       this.reshapeTokenResponse(ctx);
     });
     if (debug) {
-      for (const event of [
-        'server_error',
-        'authorization.error',
-        'grant.error',
-        'revocation.error',
-        'userinfo.error',
-        'code_verification.error',
-        'device_authorization.error',
-        'device_resume.error',
-      ]) {
+      const events =
+        'server_error authorization.error grant.error revocation.error userinfo.error code_verification.error device_authorization.error device_resume.error';
+      for (const event of events.split(' ')) {
         this.provider.on(event, (ctx, err: Error & { error_description?: string }) =>
           console.error(`[fake-oauth] ${event} on ${ctx.path}:`, event === 'server_error' ? err : `${err.message} (${err.error_description ?? ''})`),
         );
