@@ -8,6 +8,7 @@ import * as runs from './20261122T0600_runs.js';
 import * as sandboxDisk from './20261125T1420_sandbox_disk.js';
 import * as toolExecutions from './20261125T1510_tool_executions.js';
 import * as nodes from './20261125T1700_nodes.js';
+import * as oauth from './20261125T2000_oauth.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -20,4 +21,5 @@ export const migrations: Record<string, Migration> = {
   '20261125T1420_sandbox_disk': sandboxDisk,
   '20261125T1510_tool_executions': toolExecutions,
   '20261125T1700_nodes': nodes,
+  '20261125T2000_oauth': oauth,
 };

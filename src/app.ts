@@ -7,6 +7,7 @@ import { billingRoutes } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
+import { oauthRoutes, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
 import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
@@ -52,7 +53,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     agentRoutes,
     runRoutes,
   ],
-  auth: [],
+  auth: [oauthRoutes],
   tools: [secretRoutes],
   billing: [billingRoutes],
   storage: [storageRoutes],
@@ -72,7 +73,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startThreadJobs,
     startRunJobs,
   ],
-  auth: [],
+  auth: [startOAuthJobs],
   tools: [],
   billing: [],
   storage: [],
@@ -146,6 +147,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   // What activity filters check against the domains that own the resources (whichever service serves them).
   const registry = activityRegistry(deps);
   registerAgentActivity(registry);
+  registerOAuthActivity(registry);
   registerSandboxActivity(registry);
   registerStorageActivity(registry);
   registerThreadActivity(registry);

@@ -115,6 +115,9 @@ const EnvSchema = z.object({
   HANGAR_ANTHROPIC_MODELS: z.string().optional(),
   HANGAR_MODELS_FILE: z.string().min(1).optional(),
   HANGAR_MODEL_TIMEOUT_MS: intFrom(1000, 3_600_000).default(300_000),
+  HANGAR_OAUTH_PROVIDERS_FILE: z.string().min(1).optional(),
+  HANGAR_OAUTH_RETURN_URLS: z.string().optional(),
+  HANGAR_OAUTH_TIMEOUT_MS: intFrom(500, 120_000).default(15_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -142,6 +145,19 @@ export type Config = Readonly<{
   sandboxes: SandboxConfig;
   nodes: NodesConfig;
   models: ModelsConfig;
+  oauth: OAuthConfig;
+}>;
+
+/** OAuth connections (ADR 0026): extra provider definitions, platform clients, where a flow may return to. */
+export type OAuthConfig = Readonly<{
+  /** A JSON file of provider definitions added to (or replacing by slug) the built-in ones. */
+  providersFile: string | null;
+  /** The platform's own client per provider slug, from HANGAR_OAUTH_<SLUG>_CLIENT_ID / _CLIENT_SECRET. */
+  clients: Readonly<Record<string, Readonly<{ clientId: string; clientSecret: string | null }>>>;
+  /** Origins (or URL prefixes) a flow's `returnUrl` may point at; the auth service's own origin always may. */
+  returnUrls: readonly string[];
+  /** Each request to a provider gives up after this long. */
+  timeoutMs: number;
 }>;
 
 /** Replicas that run sandboxes (ADR 0024): how this node is reached by the others, and when a silent one is dead. */
@@ -333,6 +349,25 @@ function parseDatabaseUrl(url: string | undefined, dataDir: string): Config['dat
   return { kind: 'postgres', url: parsed.toString(), schema };
 }
 
+/**
+ * Platform OAuth clients: `HANGAR_OAUTH_<SLUG>_CLIENT_ID` (and `_CLIENT_SECRET`, absent for a public client), the
+ * slug upper-cased with `-` as `_` (`HANGAR_OAUTH_GOOGLE_CLIENT_ID` for `google`).
+ */
+function oauthClients(env: Record<string, string | undefined>): Record<string, { clientId: string; clientSecret: string | null }> {
+  const out: Record<string, { clientId: string; clientSecret: string | null }> = {};
+  for (const [name, value] of Object.entries(env)) {
+    const m = /^HANGAR_OAUTH_([A-Z0-9_]+)_CLIENT_ID$/.exec(name);
+    if (!m || !value) continue;
+    const key = m[1]!.toLowerCase();
+    out[key] = { clientId: value, clientSecret: env[`HANGAR_OAUTH_${m[1]}_CLIENT_SECRET`] || null };
+  }
+  for (const name of Object.keys(env)) {
+    const m = /^HANGAR_OAUTH_([A-Z0-9_]+)_CLIENT_SECRET$/.exec(name);
+    if (m && env[name] && !out[m[1]!.toLowerCase()]) throw new ConfigError(name, `set HANGAR_OAUTH_${m[1]}_CLIENT_ID too`);
+  }
+  return out;
+}
+
 function ensureWritableDir(dir: string): void {
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -472,6 +507,17 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
         : null,
       file: e.HANGAR_MODELS_FILE ? path.resolve(e.HANGAR_MODELS_FILE) : null,
       timeoutMs: e.HANGAR_MODEL_TIMEOUT_MS,
+    }),
+    oauth: Object.freeze({
+      providersFile: e.HANGAR_OAUTH_PROVIDERS_FILE ? path.resolve(e.HANGAR_OAUTH_PROVIDERS_FILE) : null,
+      clients: Object.freeze(oauthClients(env)),
+      returnUrls: Object.freeze(
+        list(e.HANGAR_OAUTH_RETURN_URLS).map((u) => {
+          if (!/^https?:\/\/[^/?#]+/.test(u)) throw new ConfigError('HANGAR_OAUTH_RETURN_URLS', `"${u}" is not an http(s) URL or origin`);
+          return u;
+        }),
+      ),
+      timeoutMs: e.HANGAR_OAUTH_TIMEOUT_MS,
     }),
     sandboxes: Object.freeze({
       driver: e.HANGAR_SANDBOX_DRIVER,

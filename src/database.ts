@@ -334,6 +334,74 @@ export interface NodesTable {
   declared_dead_at: string | null;
 }
 
+/** OAuth (domains/oauth, ADR 0026): an organization's own client for a provider; the secret is ciphertext. */
+export interface OAuthConfigsTable {
+  id: string;
+  org_id: string;
+  provider: string;
+  client_id: string;
+  client_secret_ciphertext: string;
+  secret_hint: string;
+  scopes: string | null;
+  enabled: number;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A user's connected provider account; tokens are ciphertext bound to the row's id. */
+export interface OAuthConnectionsTable {
+  id: string;
+  org_id: string;
+  user_id: string;
+  provider: string;
+  account_id: string;
+  email: string | null;
+  username: string | null;
+  display_name: string | null;
+  scopes: string;
+  status: 'active' | 'expired' | 'revoked' | 'error';
+  is_default: number;
+  client_source: 'platform' | 'organization';
+  client_id: string;
+  access_token_ciphertext: string;
+  refresh_token_ciphertext: string | null;
+  token_type: string;
+  expires_at: string | null;
+  token_version: number;
+  refresh_lease_until: string | null;
+  last_error: string | null;
+  created_at: string;
+  updated_at: string;
+  last_refreshed_at: string | null;
+}
+
+/** A browser (state + PKCE) or device-code flow in progress, bound to the user who started it. */
+export interface OAuthFlowsTable {
+  id: string;
+  org_id: string;
+  user_id: string;
+  provider: string;
+  kind: 'browser' | 'device';
+  state_hash: string | null;
+  secret_ciphertext: string | null;
+  user_code: string | null;
+  verification_uri: string | null;
+  verification_uri_complete: string | null;
+  interval_seconds: number | null;
+  scopes: string;
+  return_url: string | null;
+  redirect_uri: string | null;
+  client_source: 'platform' | 'organization';
+  client_id: string;
+  status: 'pending' | 'completed' | 'failed';
+  error: string | null;
+  connection_id: string | null;
+  expires_at: string;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
   users: UsersTable;
   organizations: OrganizationsTable;
@@ -360,4 +428,7 @@ export interface Database {
   thread_sandboxes: ThreadSandboxesTable;
   tool_executions: ToolExecutionsTable;
   nodes: NodesTable;
+  oauth_configs: OAuthConfigsTable;
+  oauth_connections: OAuthConnectionsTable;
+  oauth_flows: OAuthFlowsTable;
 }

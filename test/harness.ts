@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import type { Logger } from 'pino';
 import { buildApp, closeDeps, createDeps } from '../src/app.js';
 import { parseConfig } from '../src/config.js';
 import { addMember, bootstrapOrganization } from '../src/domains/organizations/index.js';
@@ -29,6 +30,8 @@ export interface Harness {
 export interface HarnessOptions {
   /** Runs on the fresh database before the app opens (and migrates) it: e.g. to build an older schema. */
   prepareDatabase?: (db: Db) => Promise<void>;
+  /** The app's logger, for a test that reads what is logged (default: pino at LOG_LEVEL, silent). */
+  log?: Logger;
 }
 
 /** Builds the app on a fresh database and data directory. */
@@ -67,7 +70,7 @@ export async function createHarness(env: Record<string, string | undefined> = {}
         await db.close();
       }
     }
-    deps = await createDeps(config);
+    deps = await createDeps(config, opts.log ? { log: opts.log } : {});
   } catch (err) {
     await dropSchema().catch(() => undefined);
     rmSync(dataDir, { recursive: true, force: true });

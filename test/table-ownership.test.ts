@@ -32,6 +32,9 @@ const OWNER: Record<string, string> = {
   thread_sandboxes: 'runs',
   system_settings: 'platform',
   nodes: 'platform',
+  oauth_configs: 'oauth',
+  oauth_connections: 'oauth',
+  oauth_flows: 'oauth',
 };
 
 const QUERY = /\b(?:selectFrom|insertInto|updateTable|deleteFrom|replaceInto|mergeInto|innerJoin|leftJoin|rightJoin|fullJoin)\(\s*['"`]([a-z_]+)/g;

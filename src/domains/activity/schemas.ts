@@ -15,6 +15,8 @@ export const RESOURCE_TYPES = [
   'project',
   'secret',
   'template',
+  'oauth_connection',
+  'oauth_config',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

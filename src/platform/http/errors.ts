@@ -9,6 +9,8 @@ export const ERROR_STATUS = {
   invalid_state: 409,
   THREAD_BUSY: 409,
   connect_required: 409,
+  provider_disabled: 409,
+  provider_not_configured: 409,
   payload_too_large: 413,
   quota_exceeded: 413,
   unsupported_media_type: 415,

@@ -1,0 +1,12 @@
+import type { Deps } from '../../platform/context.js';
+import { every, type Stoppable } from '../../platform/jobs.js';
+import { sweepFlows } from './repo.js';
+
+const SWEEP_EVERY_MS = 10 * 60 * 1000;
+
+/** Forgets browser and device flows an hour after they expired (their state or device code is long useless). */
+export async function startOAuthJobs(deps: Deps): Promise<Stoppable> {
+  const sweep = () => sweepFlows(deps, new Date(Date.now() - 60 * 60 * 1000).toISOString());
+  await sweep().catch((err) => deps.log.warn({ err }, 'sweeping OAuth flows failed'));
+  return every(deps, SWEEP_EVERY_MS, 'sweeping OAuth flows', sweep);
+}
