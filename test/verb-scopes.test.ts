@@ -5,6 +5,8 @@ import { getBalance } from '../src/domains/billing/service.js';
 import { executeCode } from '../src/domains/execute/service.js';
 import { createApiKey, listApiKeys } from '../src/domains/identity/service.js';
 import { availableModels } from '../src/domains/models/service.js';
+import { getAccessToken } from '../src/domains/oauth/index.js';
+import { listConfigs, listConnections, putConfig, startBrowserFlow } from '../src/domains/oauth/service.js';
 import { removeMember } from '../src/domains/organizations/members.js';
 import { replaceResourcePins } from '../src/domains/organizations/service.js';
 import { cancelRun, getRun, startRun } from '../src/domains/runs/service.js';
@@ -170,5 +172,16 @@ describe('verbs check their scope, whoever calls them', () => {
     await expectForbidden('billing:read', (ctx) => getBalance(ctx));
     await expectForbidden('models:use', (ctx) => availableModels(ctx));
     await expectForbidden('execute:run', (ctx) => executeCode(ctx, null as never, { language: 'python', code: 'print(1)' } as never));
+  });
+  it('oauth: connections, configs and the internal token verb', async () => {
+    await expectForbidden('connections:read', (ctx) => listConnections(ctx));
+    await expectForbidden('connections:write', (ctx) => startBrowserFlow(ctx, { provider: 'github' }));
+    await expectForbidden('connections:use', (ctx) => getAccessToken(ctx, { provider: 'github' }));
+    await expectForbidden('credentials:admin', (ctx) => listConfigs(ctx));
+    await expectForbidden('credentials:admin', (ctx) => putConfig(ctx, { provider: 'github', clientId: 'a', clientSecret: 'b' }));
+    // nothing was stored: the admin's own listing (the control) is empty
+    const res = await h.app.inject({ method: 'GET', url: '/v1/oauth/configs', headers: admin.headers });
+    expect(res.statusCode).toBe(200);
+    expect(json(res).data).toEqual([]);
   });
 });

@@ -35,6 +35,10 @@ export const listConnectionRows = (ctx: Ctx, provider?: string) => {
 
 export const findConnection = (ctx: Ctx, id: string) => mine(ctx).where('id', '=', id).executeTakeFirst();
 
+/** Whether any member of the organization has a connection with this id (for telling hidden from deleted). */
+export const connectionExistsInOrg = async (ctx: Ctx, id: string) =>
+  Boolean(await exec(ctx).selectFrom('oauth_connections').select('id').where('org_id', '=', orgId(ctx)).where('id', '=', id).executeTakeFirst());
+
 export const findAccountConnection = (ctx: Ctx, provider: string, accountId: string) =>
   mine(ctx).where('provider', '=', provider).where('account_id', '=', accountId).executeTakeFirst();
 
@@ -48,6 +52,18 @@ export const updateConnection = (ctx: Ctx, id: string, set: Updateable<OAuthConn
     .where('user_id', '=', ctx.principal.userId)
     .where('id', '=', id)
     .executeTakeFirst();
+
+/** Writes refreshed tokens only over the version they were refreshed from; false when a newer write won. */
+export async function updateTokensIfVersion(ctx: Ctx, id: string, version: number, set: Updateable<OAuthConnectionsTable>): Promise<boolean> {
+  const r = await exec(ctx)
+    .updateTable('oauth_connections')
+    .set(set)
+    .where('org_id', '=', orgId(ctx))
+    .where('id', '=', id)
+    .where('token_version', '=', version)
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows) === 1;
+}
 
 export const deleteConnectionRow = (ctx: Ctx, id: string) =>
   exec(ctx)

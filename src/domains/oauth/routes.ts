@@ -96,6 +96,8 @@ export async function oauthRoutes(app: App, deps: Deps) {
     '/v1/oauth/callback',
     {
       config: { auth: 'none' },
+      // The query holds the authorization code and the state: request logs show the path only.
+      logSerializers: { req: (req: { method: string }) => ({ method: req.method, url: '/v1/oauth/callback?(redacted)' }) },
       schema: {
         tags,
         summary: 'Where the provider sends the browser back',

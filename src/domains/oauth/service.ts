@@ -147,9 +147,13 @@ function connectionActivity(
   });
 }
 
-/** For activity filters on `oauth_connection`: a connection is its user's alone. */
+/**
+ * For activity filters on `oauth_connection`: a connection is its user's alone. One that no longer exists (a
+ * disconnect) stays filterable: its events are then only the caller's own, as for any non-admin filter.
+ */
 export async function canSeeConnection(ctx: Ctx, id: string): Promise<boolean> {
-  return Boolean(await repo.findConnection(ctx, id));
+  if (await repo.findConnection(ctx, id)) return true;
+  return !(await repo.connectionExistsInOrg(ctx, id));
 }
 
 // ---------------------------------------------------------------- catalogue
@@ -325,14 +329,14 @@ export async function finishBrowserFlow(
     return fail('This sign-in link was already used. Start connecting again from the app.', { ...flow, return_url: null });
   const ctx = await flowOwnerCtx(deps, flow, input.requestId);
   if (!ctx) return fail('The user who started this sign-in is no longer a member of the organization.', flow, 'not_member');
-  const finish = (status: 'completed' | 'failed', error: string | null, connectionId: string | null) =>
-    repo.endFlow(ctx, flow.id, { status, error, connection_id: connectionId, updated_at: nowIso() });
+  const finish = (tx: Ctx, status: 'completed' | 'failed', error: string | null, connectionId: string | null) =>
+    repo.endFlow(tx, flow.id, { status, error, connection_id: connectionId, updated_at: nowIso() });
   const def = providers(deps).get(flow.provider);
   if (input.error || !input.code || !def) {
     const error = (input.error ?? (def ? 'no_code' : 'unknown_provider')).slice(0, 80);
     const description = input.errorDescription?.slice(0, 300) ?? null;
     await withTx(ctx, async (tx) => {
-      await finish('failed', error, null);
+      await finish(tx, 'failed', error, null);
       await recordActivity(tx, {
         resourceType: 'oauth_connection',
         resourceId: flow.id,
@@ -352,14 +356,14 @@ export async function finishBrowserFlow(
     if (flow.secret_ciphertext) params.code_verifier = decrypt(keyFor(deps, 'flows'), flow.secret_ciphertext, flowAad(flow.org_id, flow.id));
     const tokens = await requestTokens(http(deps), def, client, params);
     const connection = await storeConnection(ctx, def, client, tokens, JSON.parse(flow.scopes) as string[]);
-    await finish('completed', null, connection.id);
+    await finish(ctx, 'completed', null, connection.id);
     return { ok: true, provider: def.slug, message: connectedMessage(def, connection), returnUrl: flow.return_url, connection, error: null };
   } catch (err) {
     const error = err instanceof ProviderOAuthError ? err.error : err instanceof AppError ? err.code : 'internal';
     const message = err instanceof ProviderOAuthError || err instanceof AppError ? err.message : 'an unexpected error';
     if (!(err instanceof ProviderOAuthError || err instanceof AppError)) deps.log.error({ err, flowId: flow.id }, 'OAuth callback failed');
     await withTx(ctx, async (tx) => {
-      await finish('failed', error, null);
+      await finish(tx, 'failed', error, null);
       await recordActivity(tx, {
         resourceType: 'oauth_connection',
         resourceId: flow.id,

@@ -73,7 +73,19 @@ function answer(ctx: Ctx, row: ConnectionRow): AccessToken {
   };
 }
 
-const needsRefresh = (row: ConnectionRow, now = Date.now()) => row.expires_at !== null && Date.parse(row.expires_at) - now < REFRESH_MARGIN_MS;
+/**
+ * Due for a refresh: less than a minute left, or less than half its life for a token that lives under two minutes
+ * (else a provider issuing 60-second tokens would be asked for a new one on every call).
+ */
+function needsRefresh(row: ConnectionRow, now = Date.now()): boolean {
+  if (row.expires_at === null) return false;
+  const expires = Date.parse(row.expires_at);
+  const lifetime = expires - Date.parse(row.updated_at);
+  const margin = lifetime > 0 ? Math.min(REFRESH_MARGIN_MS, lifetime / 2) : REFRESH_MARGIN_MS;
+  return expires - now < margin;
+}
+
+const stillValid = (row: ConnectionRow) => row.expires_at !== null && Date.parse(row.expires_at) > Date.now() + 5_000;
 
 /**
  * A fresh access token of the caller's connection to `provider`, for server-side callers only (tools, channels):
@@ -112,7 +124,8 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
   for (;;) {
     const now = Date.now();
     if (await repo.takeRefreshLease(ctx, row.id, row.token_version, new Date(now).toISOString(), new Date(now + leaseMs).toISOString())) break;
-    // Someone else holds the lease, or already refreshed: wait for their tokens.
+    // Someone else holds the lease (or a failed refresh's back-off): a token that still works is used meanwhile.
+    if (stillValid(row)) return row;
     await sleep(100);
     const fresh = await repo.findConnection(ctx, row.id);
     if (!fresh) throw connectRequired(def.slug, `the ${def.slug} connection was disconnected`);
@@ -124,11 +137,11 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
   }
   const org = orgId(ctx);
   const release = (set: Partial<ConnectionRow> = {}) => repo.updateConnection(ctx, row.id, { refresh_lease_until: null, ...set });
-  const stillValid = row.expires_at !== null && Date.parse(row.expires_at) > Date.now();
+  const valid = stillValid(row);
   const c = await clientOfConnection(ctx, def, row);
   if (!c || !row.refresh_token_ciphertext) {
     const why = !c ? 'the OAuth client that issued it is no longer configured' : `${def.name} gave no refresh token`;
-    if (stillValid) {
+    if (valid) {
       await release();
       return row;
     }
@@ -156,8 +169,9 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
       last_refreshed_at: now,
       updated_at: now,
     };
-    await withTx(ctx, async (tx) => {
-      await repo.updateConnection(tx, row.id, set);
+    const written = await withTx(ctx, async (tx) => {
+      // Only over the tokens this refresh started from: a reconnect meanwhile wrote newer ones, which win.
+      if (!(await repo.updateTokensIfVersion(tx, row.id, row.token_version, set))) return false;
       await recordActivity(tx, {
         resourceType: 'oauth_connection',
         resourceId: row.id,
@@ -166,7 +180,13 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
         title: `${def.slug} connection refreshed`,
         metadata: { provider: def.slug, accountId: row.account_id, expiresAt: tokens.expiresAt },
       });
+      return true;
     });
+    if (!written) {
+      const fresh = await repo.findConnection(ctx, row.id);
+      if (!fresh) throw connectRequired(def.slug, `the ${def.slug} connection was disconnected`);
+      return fresh;
+    }
     oauthState(ctx.deps).tokens.set(row.id, { version: set.token_version, accessToken: tokens.accessToken });
     return { ...row, ...set };
   } catch (err) {
@@ -181,8 +201,9 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
       throw connectRequired(def.slug, `the ${def.slug} connection expired (the provider refused its refresh token); reconnect it`);
     }
     const message = err instanceof ProviderOAuthError || err instanceof AppError ? err.message : 'unexpected error';
-    await release({ last_error: `refresh failed: ${message}`.slice(0, 500) });
-    if (stillValid) return row;
+    // The lease is kept for a short back-off, so callers do not each wait on a provider that is down.
+    await release({ last_error: `refresh failed: ${message}`.slice(0, 500), refresh_lease_until: new Date(Date.now() + 10_000).toISOString() });
+    if (valid) return row;
     if (err instanceof AppError) throw err;
     if (err instanceof ProviderOAuthError) throw new AppError('provider_error', `${def.name} refused to refresh the token: ${err.message}`);
     throw err;
