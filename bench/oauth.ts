@@ -4,7 +4,7 @@
  *   (1) cache hit: a fresh token, called sequentially in this process, against a baseline that does the minimum by
  *       hand: one select of the same row from oauth_connections by id (Kysely) and one AES-GCM decrypt of its access
  *       token. Median and p90 µs per call, ratio getAccessToken / baseline; ABBA blocks after a warm-up.
- *   (2) expiry: the row's expires_at set to 10 s from now (inside the 60 s refresh margin), the fake's token endpoint
+ *   (2) expiry: the row aged (issued an hour ago, expires_at 10 s from now: inside the 60 s refresh margin), the fake's token endpoint
  *       slowed down (--token-delay ms), then 50 getAccessToken calls fired at once. Every round must send exactly one
  *       refresh_token request to the provider and give all callers the same new token; otherwise the benchmark fails.
  *       Each round is paired (ABBA) with a single caller at expiry, the baseline for the wall time.
@@ -228,7 +228,7 @@ export async function run(argv: string[]): Promise<string> {
     const expireSoon = async () => {
       await db
         .updateTable('oauth_connections')
-        .set({ expires_at: new Date(Date.now() + 10_000).toISOString() })
+        .set({ expires_at: new Date(Date.now() + 10_000).toISOString(), updated_at: new Date(Date.now() - 3_600_000).toISOString() })
         .where('id', '=', connectionId)
         .execute();
     };
