@@ -137,7 +137,7 @@ beforeAll(async () => {
       cb();
     },
   });
-  h = await createHarness({ ...providerEnv(), LOG_LEVEL: 'trace' }, { log: pino({ level: 'trace' }, sink) });
+  h = await createHarness({ ...providerEnv(), LOG_LEVEL: 'trace', HANGAR_OAUTH_TIMEOUT_MS: '2000' }, { log: pino({ level: 'trace' }, sink) });
   admin = await createOrgAdmin(h);
   member = await addOrgMember(h, admin);
   stranger = await createOrgAdmin(h);
@@ -453,6 +453,24 @@ describe('several accounts, defaults and getAccessToken', () => {
     expect((await getAccessToken(ctx, { provider: 'fake', account: BOB.email })).connectionId).toBe(connectionId);
   });
 
+  it('a provider that does not answer: 504, the connection shows error; after the back-off the next call refreshes it', async () => {
+    const ctx = ctxOf(admin);
+    const { connectionId, accessToken } = await getAccessToken(ctx, { provider: 'fake-form' });
+    await expireSoon(connectionId, -1000);
+    fake.tokenDelayMs = 3000; // past HANGAR_OAUTH_TIMEOUT_MS (2 s)
+    try {
+      await expectAppError(getAccessToken(ctx, { provider: 'fake-form' }), 'provider_timeout');
+    } finally {
+      fake.tokenDelayMs = 0;
+    }
+    const c = (await connections(admin, 'fake-form'))[0]!;
+    expect(c.status).toBe('error');
+    expect(c.lastError).toContain('did not answer');
+    const fresh = await getAccessToken(ctx, { provider: 'fake-form' }); // waits out the 2 s back-off, then refreshes
+    expect(fresh.accessToken).not.toBe(accessToken);
+    expect((await connections(admin, 'fake-form'))[0]).toMatchObject({ status: 'active', lastError: null });
+  });
+
   it('getAccessToken needs connections:use and sees only the caller’s own connections', async () => {
     const noUse = systemCtx(h.deps, {
       userId: admin.userId,
@@ -616,7 +634,12 @@ describe('bring-your-own-app configs', () => {
     expect((await call(member, 'GET', '/v1/oauth/start/fake-byo')).statusCode).toBe(200);
 
     expect((await call(admin, 'DELETE', '/v1/oauth/configs/fake-byo')).statusCode).toBe(204);
-    await expectActivity(h, admin, { eventType: 'oauth.config.deleted' });
+    await expectActivity(h, admin, { eventType: 'oauth.config.deleted', metadata: { connectionsRevoked: 1 } });
+    // The member's connection through the deleted client can be neither refreshed nor revoked: it is revoked.
+    const [gone] = await connections(member, 'fake-byo');
+    expect(gone).toMatchObject({ status: 'revoked' });
+    expect(gone!.lastError).toContain('deleted');
+    await expectAppError(getAccessToken(ctxOf(member), { provider: 'fake-byo' }), 'connect_required');
     expect((await call(admin, 'DELETE', '/v1/oauth/configs/fake-byo')).statusCode).toBe(404);
     expect((await call(admin, 'PATCH', '/v1/oauth/configs/fake-byo', { enabled: true })).statusCode).toBe(404);
   });

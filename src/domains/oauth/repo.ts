@@ -22,6 +22,23 @@ export const updateConfig = (ctx: Ctx, id: string, set: Updateable<OAuthConfigsT
 export const deleteConfigRow = (ctx: Ctx, id: string) =>
   exec(ctx).deleteFrom('oauth_configs').where('org_id', '=', orgId(ctx)).where('id', '=', id).execute();
 
+/**
+ * Marks every member's connections issued by an organization client `revoked` (the client was deleted or
+ * replaced, so their tokens can be neither refreshed nor revoked); answers how many.
+ */
+export async function revokeClientConnections(ctx: Ctx, provider: string, clientId: string, why: string): Promise<number> {
+  const r = await exec(ctx)
+    .updateTable('oauth_connections')
+    .set({ status: 'revoked', last_error: why, updated_at: new Date().toISOString() })
+    .where('org_id', '=', orgId(ctx))
+    .where('provider', '=', provider)
+    .where('client_source', '=', 'organization')
+    .where('client_id', '=', clientId)
+    .where('status', '!=', 'revoked')
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows);
+}
+
 // ---- connections (the caller's own) ----
 
 const mine = (ctx: Ctx) =>

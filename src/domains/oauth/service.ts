@@ -697,7 +697,12 @@ function toConfig(row: repo.ConfigRow): OAuthConfigView {
   };
 }
 
-function configActivity(ctx: Ctx, row: Pick<repo.ConfigRow, 'id' | 'provider' | 'client_id'>, action: 'created' | 'updated' | 'deleted', extra = {}) {
+function configActivity(
+  ctx: Ctx,
+  row: Pick<repo.ConfigRow, 'id' | 'provider' | 'client_id'>,
+  action: 'created' | 'updated' | 'deleted',
+  extra: Record<string, unknown> = {},
+) {
   return recordActivity(ctx, {
     resourceType: 'oauth_config',
     resourceId: row.id,
@@ -735,7 +740,12 @@ export async function putConfig(
       const existing = await repo.findConfig(tx, input.provider);
       if (existing) {
         await repo.updateConfig(tx, existing.id, fields);
-        await configActivity(tx, { ...existing, client_id: input.clientId }, 'updated');
+        // Tokens issued to the replaced client cannot be refreshed or revoked with the new one.
+        const revoked =
+          existing.client_id === input.clientId
+            ? 0
+            : await repo.revokeClientConnections(tx, input.provider, existing.client_id, `the organization's OAuth client for ${input.provider} was replaced`);
+        await configActivity(tx, { ...existing, client_id: input.clientId }, 'updated', revoked ? { connectionsRevoked: revoked } : {});
         return { config: toConfig({ ...existing, ...fields }), created: false };
       }
       const row = {
@@ -777,6 +787,7 @@ export async function deleteConfig(ctx: Ctx, provider: string): Promise<void> {
     const row = await repo.findConfig(tx, provider);
     if (!row) throw errors.notFound('OAuth config', provider);
     await repo.deleteConfigRow(tx, row.id);
-    await configActivity(tx, row, 'deleted');
+    const revoked = await repo.revokeClientConnections(tx, provider, row.client_id, `the organization's OAuth config for ${provider} was deleted`);
+    await configActivity(tx, row, 'deleted', { connectionsRevoked: revoked });
   });
 }

@@ -202,7 +202,12 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
     }
     const message = err instanceof ProviderOAuthError || err instanceof AppError ? err.message : 'unexpected error';
     // The lease is kept for a short back-off, so callers do not each wait on a provider that is down.
-    await release({ last_error: `refresh failed: ${message}`.slice(0, 500), refresh_lease_until: new Date(Date.now() + 10_000).toISOString() });
+    // A connection whose token has lapsed meanwhile shows `error` until a refresh succeeds (the next call retries).
+    await release({
+      last_error: `refresh failed: ${message}`.slice(0, 500),
+      refresh_lease_until: new Date(Date.now() + Math.min(10_000, ctx.deps.config.oauth.timeoutMs)).toISOString(),
+      ...(valid ? {} : { status: 'error' as const }),
+    });
     if (valid) return row;
     if (err instanceof AppError) throw err;
     if (err instanceof ProviderOAuthError) throw new AppError('provider_error', `${def.name} refused to refresh the token: ${err.message}`);
