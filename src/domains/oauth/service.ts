@@ -131,7 +131,7 @@ export function toConnection(row: ConnectionRow): OAuthConnection {
   };
 }
 
-function connectionActivity(
+export function connectionActivity(
   ctx: Ctx,
   row: Pick<ConnectionRow, 'id' | 'provider' | 'account_id'>,
   action: string,
@@ -266,6 +266,18 @@ export async function startBrowserFlow(ctx: Ctx, input: { provider: string; scop
   return { authUrl: url.toString(), flowId: id, expiresAt };
 }
 
+/** Records a flow that did not end in a connection: the activity row `oauth.connection.failed` (never a secret). */
+function flowFailedActivity(ctx: Ctx, flow: Pick<FlowRow, 'id' | 'provider' | 'kind'>, error: string, extra: Record<string, unknown> = {}) {
+  return recordActivity(ctx, {
+    resourceType: 'oauth_connection',
+    resourceId: flow.id,
+    eventType: 'oauth.connection.failed',
+    status: 'failed',
+    title: `${flow.provider} connection failed: ${error}`,
+    metadata: { provider: flow.provider, error, flow: flow.kind === 'device' ? 'device_code' : 'browser', ...extra },
+  });
+}
+
 export interface CallbackResult {
   ok: boolean;
   provider: string | null;
@@ -337,14 +349,7 @@ export async function finishBrowserFlow(
     const description = input.errorDescription?.slice(0, 300) ?? null;
     await withTx(ctx, async (tx) => {
       await finish(tx, 'failed', error, null);
-      await recordActivity(tx, {
-        resourceType: 'oauth_connection',
-        resourceId: flow.id,
-        eventType: 'oauth.connection.failed',
-        status: 'failed',
-        title: `${flow.provider} connection failed: ${error}`,
-        metadata: { provider: flow.provider, error, ...(description ? { description } : {}) },
-      });
+      await flowFailedActivity(tx, flow, error, description ? { description } : {});
     });
     const reason = error === 'access_denied' ? 'access was denied at the provider' : description ? `${error}: ${description}` : error;
     return fail(`Connecting ${def?.name ?? flow.provider} did not complete (${reason}).`, flow, error);
@@ -364,14 +369,7 @@ export async function finishBrowserFlow(
     if (!(err instanceof ProviderOAuthError || err instanceof AppError)) deps.log.error({ err, flowId: flow.id }, 'OAuth callback failed');
     await withTx(ctx, async (tx) => {
       await finish(tx, 'failed', error, null);
-      await recordActivity(tx, {
-        resourceType: 'oauth_connection',
-        resourceId: flow.id,
-        eventType: 'oauth.connection.failed',
-        status: 'failed',
-        title: `${flow.provider} connection failed: ${error}`,
-        metadata: { provider: flow.provider, error },
-      });
+      await flowFailedActivity(tx, flow, error);
     });
     return fail(`Connecting ${def.name} failed: ${message}`, flow, error);
   }
@@ -578,14 +576,7 @@ export async function pollDeviceFlow(ctx: Ctx, input: { provider: string; attemp
     const status = err.error === 'access_denied' ? 'denied' : err.error === 'expired_token' ? 'expired' : 'failed';
     await withTx(ctx, async (tx) => {
       await repo.advanceFlow(tx, asked, { status: 'failed', error: err.error, updated_at: nowIso() });
-      await recordActivity(tx, {
-        resourceType: 'oauth_connection',
-        resourceId: flow.id,
-        eventType: 'oauth.connection.failed',
-        status: 'failed',
-        title: `${def.slug} connection failed: ${err.error}`,
-        metadata: { provider: def.slug, error: err.error, flow: 'device_code' },
-      });
+      await flowFailedActivity(tx, flow, err.error);
     });
     return answer(status, err.error);
   }
@@ -744,7 +735,12 @@ export async function putConfig(
         const revoked =
           existing.client_id === input.clientId
             ? 0
-            : await repo.revokeClientConnections(tx, input.provider, existing.client_id, `the organization's OAuth client for ${input.provider} was replaced`);
+            : await repo.revokeClientConnections(
+                tx,
+                input.provider,
+                existing.client_id,
+                `the organization's OAuth client for ${input.provider} was replaced`,
+              );
         await configActivity(tx, { ...existing, client_id: input.clientId }, 'updated', revoked ? { connectionsRevoked: revoked } : {});
         return { config: toConfig({ ...existing, ...fields }), created: false };
       }

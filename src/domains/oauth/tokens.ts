@@ -3,12 +3,11 @@ import { orgId, requireScope, withTx, type Ctx } from '../../platform/context.js
 import { decrypt, encrypt } from '../../platform/crypto/index.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso } from '../../platform/ids.js';
-import { recordActivity } from '../activity/index.js';
 import { ProviderOAuthError, requestTokens } from './client.js';
 import type { ProviderDefinition } from './providers.js';
 import * as repo from './repo.js';
 import type { ConnectionRow } from './repo.js';
-import { clientOfConnection, http, keyFor, oauthState, providers, tokenAad } from './service.js';
+import { clientOfConnection, connectionActivity, http, keyFor, oauthState, providers, tokenAad } from './service.js';
 
 /** A token is refreshed when it has less than this left, so a caller never gets one about to lapse. */
 export const REFRESH_MARGIN_MS = 60_000;
@@ -172,14 +171,7 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
     const written = await withTx(ctx, async (tx) => {
       // Only over the tokens this refresh started from: a reconnect meanwhile wrote newer ones, which win.
       if (!(await repo.updateTokensIfVersion(tx, row.id, row.token_version, set))) return false;
-      await recordActivity(tx, {
-        resourceType: 'oauth_connection',
-        resourceId: row.id,
-        eventType: 'oauth.connection.refreshed',
-        status: 'completed',
-        title: `${def.slug} connection refreshed`,
-        metadata: { provider: def.slug, accountId: row.account_id, expiresAt: tokens.expiresAt },
-      });
+      await connectionActivity(tx, row, 'refreshed', { expiresAt: tokens.expiresAt });
       return true;
     });
     if (!written) {
@@ -218,14 +210,7 @@ async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: Connec
 async function markExpired(ctx: Ctx, row: ConnectionRow, why: string): Promise<void> {
   await withTx(ctx, async (tx) => {
     await repo.updateConnection(tx, row.id, { status: 'expired', last_error: why.slice(0, 500), refresh_lease_until: null, updated_at: nowIso() });
-    await recordActivity(tx, {
-      resourceType: 'oauth_connection',
-      resourceId: row.id,
-      eventType: 'oauth.connection.expired',
-      status: 'failed',
-      title: `${row.provider} connection expired`,
-      metadata: { provider: row.provider, accountId: row.account_id, reason: why.slice(0, 200) },
-    });
+    await connectionActivity(tx, row, 'expired', { reason: why.slice(0, 200) });
   });
   oauthState(ctx.deps).tokens.delete(row.id);
 }
