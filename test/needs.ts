@@ -68,6 +68,24 @@ export function toolchainNeed(language: string, toolchains: readonly unknown[] |
   return { what: `the ${language} toolchain (installed by scripts/setup.sh)`, present: (toolchains?.length ?? 0) > 0 };
 }
 
+/** PostgreSQL at `pgUrl`, probed once: a query given two seconds (for suites that need PostgreSQL but not Redis). */
+export async function postgresNeed(pgUrl: string, what = `PostgreSQL (${pgUrl})`): Promise<Need> {
+  const fix = 'start PostgreSQL on 127.0.0.1 (scripts/setup.sh), or point HANGAR_TEST_DATABASE_URL at it';
+  try {
+    await probePostgres(pgUrl);
+    return { what, present: true, fix };
+  } catch (err) {
+    return { what, present: false, reason: (err as Error).message, fix };
+  }
+}
+
+async function probePostgres(pgUrl: string): Promise<void> {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ connectionString: pgUrl, connectionTimeoutMillis: 2000 });
+  await client.connect();
+  await client.query('SELECT 1').finally(() => client.end());
+}
+
 /**
  * PostgreSQL and Redis, which replicas share (tests that run two Hangar nodes). Probed once: a query on the
  * database and a PING on Redis, each given two seconds.
@@ -76,10 +94,7 @@ export async function replicaNeed(pgUrl: string, redisUrl: string): Promise<Need
   const what = `PostgreSQL (${pgUrl}) and Redis (${redisUrl}), which replicas share`;
   const fix = 'start PostgreSQL and Redis on 127.0.0.1 (scripts/setup.sh), or point HANGAR_TEST_DATABASE_URL / HANGAR_TEST_REDIS_URL at them';
   try {
-    const { default: pg } = await import('pg');
-    const client = new pg.Client({ connectionString: pgUrl, connectionTimeoutMillis: 2000 });
-    await client.connect();
-    await client.query('SELECT 1').finally(() => client.end());
+    await probePostgres(pgUrl);
     const { createConnection } = await import('node:net');
     const url = new URL(redisUrl);
     await new Promise<void>((resolve, reject) => {

@@ -118,21 +118,26 @@ function refresh(ctx: Ctx, def: ProviderDefinition, row: ConnectionRow): Promise
 
 async function refreshUnderLease(ctx: Ctx, def: ProviderDefinition, seen: ConnectionRow): Promise<ConnectionRow> {
   const leaseMs = ctx.deps.config.oauth.timeoutMs + 5000;
-  const deadline = Date.now() + leaseMs * 2;
+  const started = Date.now();
+  // Waiting on a refresh elsewhere while the token still works: as long as the holder's request to the provider may take.
+  const patience = started + ctx.deps.config.oauth.timeoutMs + 1000;
+  const deadline = started + leaseMs * 2;
   let row = seen;
   for (;;) {
     const now = Date.now();
     if (await repo.takeRefreshLease(ctx, row.id, row.token_version, new Date(now).toISOString(), new Date(now + leaseMs).toISOString())) break;
-    // Someone else holds the lease (or a failed refresh's back-off): a token that still works is used meanwhile.
-    if (stillValid(row)) return row;
-    await sleep(100);
     const fresh = await repo.findConnection(ctx, row.id);
     if (!fresh) throw connectRequired(def.slug, `the ${def.slug} connection was disconnected`);
-    if (fresh.token_version !== row.token_version && !needsRefresh(fresh)) return fresh;
     if (fresh.status === 'expired' || fresh.status === 'revoked')
       throw connectRequired(def.slug, `the ${def.slug} connection has ${fresh.status}; reconnect it`);
-    row = fresh;
+    if (fresh.token_version !== row.token_version && !needsRefresh(fresh)) return fresh;
+    // Someone else holds the lease. A refresh is running on another replica: wait for its token, as callers in this
+    // process share its promise (a caller must not get one about to lapse). After a failed refresh (last_error: the
+    // lease is its back-off), or once the holder has had its provider timeout, a token that still works is used.
+    if (stillValid(fresh) && (fresh.last_error !== null || Date.now() > patience)) return fresh;
     if (Date.now() > deadline) throw errors.unavailable(`the ${def.slug} token is being refreshed elsewhere; try again`);
+    row = fresh;
+    await sleep(50);
   }
   const org = orgId(ctx);
   const release = (set: Partial<ConnectionRow> = {}) => repo.updateConnection(ctx, row.id, { refresh_lease_until: null, ...set });
