@@ -8,6 +8,13 @@ import { parseCidr } from '../../config.js';
 const execFileP = promisify(execFile);
 
 export const BRIDGE = 'hangar0';
+/**
+ * The bridge's MAC address, pinned. Left alone, a Linux bridge takes the lowest MAC of its ports, so it changed each
+ * time a sandbox's veth with a lower one joined or left, and every running sandbox's ARP entry for its gateway went
+ * stale: their traffic vanished for tens of seconds (CI saw DNS fail while other sandboxes came and went).
+ * Locally administered (02:…), "hgr" in it.
+ */
+export const BRIDGE_MAC = '02:68:67:72:00:01';
 const CLAIMS = '/run/hangar/net';
 /** Namespaces made ahead (`spare-<pid>-<uuid>`, one empty file each), so a restart finds and removes those of a dead process. */
 const SPARES = '/run/hangar/net-spares';
@@ -74,6 +81,8 @@ export class SandboxNetwork {
     }
     const addr = await execFileP('ip', ['-4', '-o', 'addr', 'show', 'dev', BRIDGE]);
     if (!addr.stdout.includes(`${gateway}/16`)) await execFileP('ip', ['addr', 'add', `${gateway}/16`, 'dev', BRIDGE]).catch(() => undefined);
+    const mac = await fs.readFile(`/sys/class/net/${BRIDGE}/address`, 'utf8').catch(() => '');
+    if (mac.trim() !== BRIDGE_MAC) await execFileP('ip', ['link', 'set', BRIDGE, 'address', BRIDGE_MAC]);
     await execFileP('ip', ['link', 'set', BRIDGE, 'up']);
     await fs.writeFile('/proc/sys/net/ipv4/ip_forward', '1');
     await run('nft', ['-f', '-'], firewallRules(octet, { ...policy, lan: await hostNetworks() }));
