@@ -13,6 +13,12 @@ import { until } from '../../../test/helpers.js';
 import { hostHierarchy } from '../../../test/cgroups.js';
 
 /**
+ * One-shot execution uses no sandbox network: these harnesses make no network namespaces ahead, so tearing them
+ * down does not queue behind the kernel's namespace clean-up (slow in the cgroup v2 test guest after the sandbox suites).
+ */
+const NO_SPARE_NETWORKS = { HANGAR_SANDBOX_SPARE_NETWORKS: '0' };
+
+/**
  * What a hostile or careless program can do, through the HTTP API in a real sandbox: limits end it with
  * the status saying which, it sees no network and nothing outside its work dir, executions share nothing,
  * and a client that goes away takes its execution with it.
@@ -40,7 +46,7 @@ describeNeeding(isolationNeed(isolation), 'execute: isolation and limits', () =>
   let h: Harness;
   let admin: Actor;
   beforeAll(async () => {
-    h = await createHarness({ HANGAR_EXECUTE_OUTPUT_LIMIT_BYTES: '10000', HANGAR_EXECUTE_QUEUE: '16' });
+    h = await createHarness({ ...NO_SPARE_NETWORKS, HANGAR_EXECUTE_OUTPUT_LIMIT_BYTES: '10000', HANGAR_EXECUTE_QUEUE: '16' });
     admin = await createOrgAdmin(h);
   });
   afterAll(() => h?.close());
@@ -239,7 +245,7 @@ describeNeeding(isolationNeed(isolation), 'execute: load', () => {
   let h: Harness;
   let admin: Actor;
   beforeAll(async () => {
-    h = await createHarness({ HANGAR_EXECUTE_CONCURRENCY: '1', HANGAR_EXECUTE_QUEUE: '1' });
+    h = await createHarness({ ...NO_SPARE_NETWORKS, HANGAR_EXECUTE_CONCURRENCY: '1', HANGAR_EXECUTE_QUEUE: '1' });
     admin = await createOrgAdmin(h);
   });
   afterAll(() => h?.close());
@@ -274,7 +280,7 @@ describeNeeding(isolationNeed(isolation), 'execute: a client that disconnects', 
   let admin: Actor;
   let port: number;
   beforeAll(async () => {
-    h = await createHarness();
+    h = await createHarness(NO_SPARE_NETWORKS);
     admin = await createOrgAdmin(h);
     await h.app.listen({ host: '127.0.0.1', port: 0 });
     port = (h.app.server.address() as net.AddressInfo).port;
@@ -307,7 +313,7 @@ describe('execute: a host without working isolation', () => {
   let h: Harness;
   let admin: Actor;
   beforeAll(async () => {
-    h = await createHarness();
+    h = await createHarness(NO_SPARE_NETWORKS);
     admin = await createOrgAdmin(h);
   });
   afterAll(() => h.close());
