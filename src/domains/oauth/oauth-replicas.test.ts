@@ -1,17 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { FakeOAuthServer, type Behaviour } from '../../../test/fakes/oauth-server.js';
+import { FakeOAuthServer } from '../../../test/fakes/oauth-server.js';
+import { ageToken, fakeProvidersEnv, storedTokens, userCtx, type FakeProvider } from '../../../test/oauth.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, testDatabaseUrl, type Actor, type Harness } from '../../../test/harness.js';
 import { describeNeeding, onCi, postgresNeed, type Need } from '../../../test/needs.js';
-import { systemCtx, type Ctx } from '../../platform/context.js';
-import { decrypt } from '../../platform/crypto/index.js';
-import { ROLE_SCOPES } from '../../platform/scopes.js';
+import type { Ctx } from '../../platform/context.js';
 import { getAccessToken, type AccessToken } from './index.js';
-import { keyFor, tokenAad } from './service.js';
 
 // Two Hangar replicas on one PostgreSQL schema (one HANGAR_SECRET_KEY), as a deployment runs them, and one loopback
 // authorization server: getAccessToken's one-refresh-per-connection rule must hold across the replicas (the lease
@@ -33,8 +28,7 @@ const need: Need = PG_URL
 
 const AUTH_URL = 'http://127.0.0.1:8787';
 const CALLBACK = `${AUTH_URL}/v1/oauth/callback`;
-const SCOPES = ['openid', 'email', 'profile', 'offline_access'];
-const PROVIDERS: Array<{ slug: string; behaviour: Behaviour }> = [
+const PROVIDERS: FakeProvider[] = [
   { slug: 'fake', behaviour: 'standard' },
   { slug: 'fake-rotating', behaviour: 'rotating' },
 ];
@@ -44,7 +38,6 @@ const BOB = { id: 'acct-bob', email: 'bob@example.test', username: 'bob', name: 
 
 describeNeeding(need, 'OAuth tokens across two replicas on one database', () => {
   const schema = `t_${randomBytes(6).toString('hex')}`;
-  const dirs: string[] = [];
   let fake: FakeOAuthServer;
   let a: Harness;
   let b: Harness;
@@ -54,57 +47,22 @@ describeNeeding(need, 'OAuth tokens across two replicas on one database', () => 
 
   /** The same providers file, platform clients, database schema and secret key for both replicas; each its own node id. */
   function replicaEnv(nodeId: string): Record<string, string> {
-    const dir = mkdtempSync(path.join(tmpdir(), 'hangar-oauth-replicas-'));
-    dirs.push(dir);
-    const file = path.join(dir, 'providers.json');
-    writeFileSync(
-      file,
-      JSON.stringify({
-        providers: PROVIDERS.map((p) => {
-          const u = fake.urls(p.behaviour);
-          return {
-            slug: p.slug,
-            name: `Fake ${p.behaviour}`,
-            modes: ['oauth2'],
-            authorizationUrl: u.authorization,
-            tokenUrl: u.token,
-            revocationUrl: u.revocation,
-            userinfoUrl: u.userinfo,
-            defaultScopes: SCOPES,
-            account: { source: 'userinfo', id: 'sub', email: 'email', username: 'preferred_username', displayName: 'name' },
-          };
-        }),
-      }),
-    );
     const env: Record<string, string> = {
       DATABASE_URL: `${PG_URL}${PG_URL!.includes('?') ? '&' : '?'}schema=${schema}`,
       HANGAR_SECRET_KEY: secret,
       HANGAR_NODE_ID: nodeId,
-      HANGAR_OAUTH_PROVIDERS_FILE: file,
+      ...fakeProvidersEnv(fake, PROVIDERS),
       HANGAR_AUTH_URL: AUTH_URL,
       // Short, so a test can make a refresh time out (the provider delayed past it) without waiting long.
       HANGAR_OAUTH_TIMEOUT_MS: String(TIMEOUT_MS),
       LOG_LEVEL: 'silent',
       HANGAR_VALIDATE_RESPONSES: 'true',
     };
-    for (const p of PROVIDERS) {
-      const key = p.slug.replace(/-/g, '_').toUpperCase();
-      env[`HANGAR_OAUTH_${key}_CLIENT_ID`] = fake.client(p.behaviour).clientId;
-      env[`HANGAR_OAUTH_${key}_CLIENT_SECRET`] = fake.client(p.behaviour).clientSecret;
-    }
     return env;
   }
 
   /** The user's server-side context on one replica (what a tool or channel running there would pass). */
-  const ctxOn = (h: Harness, actor: Actor): Ctx =>
-    systemCtx(h.deps, {
-      kind: 'session',
-      userId: actor.userId,
-      orgId: actor.orgId,
-      role: actor.role,
-      scopes: ROLE_SCOPES[actor.role],
-      apiKeyId: null,
-    });
+  const ctxOn = (h: Harness, actor: Actor): Ctx => userCtx(h.deps, actor);
 
   const refreshes = () => fake.counts.token.refresh_token ?? 0;
 
@@ -123,22 +81,9 @@ describeNeeding(need, 'OAuth tokens across two replicas on one database', () => 
   }
 
   /** Ages a connection's token as the other tests do: issued an hour ago, expiring in ten seconds (so it is due). */
-  const expireSoon = (id: string) =>
-    a.deps.db.kysely
-      .updateTable('oauth_connections')
-      .set({ expires_at: new Date(Date.now() + 10_000).toISOString(), updated_at: new Date(Date.now() - 3600_000).toISOString() })
-      .where('id', '=', id)
-      .execute();
+  const expireSoon = (id: string) => ageToken(a.deps, id);
 
-  const stored = async (id: string) => {
-    const row = await a.deps.db.kysely.selectFrom('oauth_connections').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-    const key = keyFor(a.deps, 'tokens');
-    return {
-      row,
-      access: decrypt(key, row.access_token_ciphertext, tokenAad(row.org_id, row.id, 'access')),
-      refresh: row.refresh_token_ciphertext ? decrypt(key, row.refresh_token_ciphertext, tokenAad(row.org_id, row.id, 'refresh')) : null,
-    };
-  };
+  const stored = (id: string) => storedTokens(a.deps, id);
 
   const events = (id: string, eventType: string) =>
     a.deps.db.kysely
@@ -167,7 +112,6 @@ describeNeeding(need, 'OAuth tokens across two replicas on one database', () => 
     await b?.close();
     await a?.close();
     await fake?.close();
-    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     if (PG_URL) {
       const client = new pg.Client({ connectionString: PG_URL });
       await client.connect();

@@ -6,7 +6,8 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
-import { FakeOAuthServer, type Behaviour } from '../../../test/fakes/oauth-server.js';
+import { FakeOAuthServer } from '../../../test/fakes/oauth-server.js';
+import { ageToken, FAKE_SCOPES, fakeProvidersEnv, storedTokens as sharedStoredTokens, userCtx, type FakeProvider } from '../../../test/oauth.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor as apiKeyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { systemCtx, type Ctx } from '../../platform/context.js';
 import { decrypt } from '../../platform/crypto/index.js';
@@ -17,10 +18,10 @@ import { keyFor, tokenAad } from './service.js';
 
 const AUTH_URL = 'http://127.0.0.1:8787';
 const CALLBACK = `${AUTH_URL}/v1/oauth/callback`;
-const SCOPES = ['openid', 'email', 'profile', 'offline_access'];
+const SCOPES = FAKE_SCOPES;
 
 /** Test providers: one per behaviour of the loopback server, defined through HANGAR_OAUTH_PROVIDERS_FILE like an operator's. */
-const PROVIDERS: Array<{ slug: string; behaviour: Behaviour; modes: string[]; platform: boolean }> = [
+const PROVIDERS: FakeProvider[] = [
   { slug: 'fake', behaviour: 'standard', modes: ['oauth2', 'device_code'], platform: true },
   { slug: 'fake-rotating', behaviour: 'rotating', modes: ['oauth2'], platform: true },
   { slug: 'fake-noexp', behaviour: 'no-expiry', modes: ['oauth2'], platform: true },
@@ -43,34 +44,7 @@ const logLines: string[] = [];
 const bodies: string[] = [];
 
 function providerEnv(): Record<string, string> {
-  const file = path.join(mkdtempSync(path.join(tmpdir(), 'hangar-oauth-')), 'providers.json');
-  writeFileSync(
-    file,
-    JSON.stringify({
-      providers: PROVIDERS.map((p) => {
-        const u = fake.urls(p.behaviour);
-        return {
-          slug: p.slug,
-          name: `Fake ${p.behaviour}`,
-          modes: p.modes,
-          authorizationUrl: u.authorization,
-          tokenUrl: u.token,
-          deviceAuthorizationUrl: u.deviceAuthorization,
-          revocationUrl: u.revocation,
-          userinfoUrl: u.userinfo,
-          defaultScopes: SCOPES,
-          account: { source: 'userinfo', id: 'sub', email: 'email', username: 'preferred_username', displayName: 'name' },
-        };
-      }),
-    }),
-  );
-  const env: Record<string, string> = { HANGAR_OAUTH_PROVIDERS_FILE: file, HANGAR_AUTH_URL: AUTH_URL };
-  for (const p of PROVIDERS.filter((x) => x.platform)) {
-    const key = p.slug.replace(/-/g, '_').toUpperCase();
-    env[`HANGAR_OAUTH_${key}_CLIENT_ID`] = fake.client(p.behaviour).clientId;
-    env[`HANGAR_OAUTH_${key}_CLIENT_SECRET`] = fake.client(p.behaviour).clientSecret;
-  }
-  return env;
+  return { ...fakeProvidersEnv(fake, PROVIDERS), HANGAR_AUTH_URL: AUTH_URL };
 }
 
 async function call(actor: Actor | null, method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: unknown) {
@@ -79,8 +53,7 @@ async function call(actor: Actor | null, method: 'GET' | 'POST' | 'PATCH' | 'DEL
   return res;
 }
 
-const ctxOf = (a: Actor): Ctx =>
-  systemCtx(h.deps, { kind: 'session', userId: a.userId, orgId: a.orgId, role: a.role, scopes: ROLE_SCOPES[a.role], apiKeyId: null });
+const ctxOf = (a: Actor): Ctx => userCtx(h.deps, a);
 
 /** Connects `account` for `actor` through the browser flow, as a user would: start, consent at the provider, callback. */
 async function connect(actor: Actor, provider: string, account: { id: string }, opts: { returnUrl?: string } = {}) {
@@ -100,23 +73,8 @@ async function connections(actor: Actor, provider?: string) {
   return json(res).data as Array<Record<string, any>>;
 }
 
-/** Ages a connection's token: issued an hour ago, expiring in `ms`. */
-const expireSoon = (id: string, ms = 10_000) =>
-  h.deps.db.kysely
-    .updateTable('oauth_connections')
-    .set({ expires_at: new Date(Date.now() + ms).toISOString(), updated_at: new Date(Date.now() - 3600_000).toISOString() })
-    .where('id', '=', id)
-    .execute();
-
-const storedTokens = async (id: string) => {
-  const row = await h.deps.db.kysely.selectFrom('oauth_connections').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-  const key = keyFor(h.deps, 'tokens');
-  return {
-    row,
-    access: decrypt(key, row.access_token_ciphertext, tokenAad(row.org_id, row.id, 'access')),
-    refresh: row.refresh_token_ciphertext ? decrypt(key, row.refresh_token_ciphertext, tokenAad(row.org_id, row.id, 'refresh')) : null,
-  };
-};
+const expireSoon = (id: string, ms = 10_000) => ageToken(h.deps, id, ms);
+const storedTokens = (id: string) => sharedStoredTokens(h.deps, id);
 
 async function expectAppError(p: Promise<unknown>, code: string): Promise<AppError> {
   const err = await p.then(
