@@ -9,6 +9,7 @@ import * as sandboxDisk from './20261125T1420_sandbox_disk.js';
 import * as toolExecutions from './20261125T1510_tool_executions.js';
 import * as nodes from './20261125T1700_nodes.js';
 import * as oauth from './20261125T2000_oauth.js';
+import * as tools from './20261127T1600_tools.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -22,4 +23,5 @@ export const migrations: Record<string, Migration> = {
   '20261125T1510_tool_executions': toolExecutions,
   '20261125T1700_nodes': nodes,
   '20261125T2000_oauth': oauth,
+  '20261127T1600_tools': tools,
 };

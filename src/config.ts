@@ -118,6 +118,14 @@ const EnvSchema = z.object({
   HANGAR_OAUTH_PROVIDERS_FILE: z.string().min(1).optional(),
   HANGAR_OAUTH_RETURN_URLS: z.string().optional(),
   HANGAR_OAUTH_TIMEOUT_MS: intFrom(500, 120_000).default(15_000),
+  HANGAR_TOOLS_CATALOG_FILE: z.string().min(1).optional(),
+  HANGAR_TOOLS_ALLOW_PRIVATE_NETWORKS: z.enum(['0', '1', 'true', 'false']).default('false'),
+  HANGAR_TOOLS_TIMEOUT_MS: intFrom(500, 300_000).default(30_000),
+  HANGAR_TOOLS_MAX_RESPONSE_BYTES: intFrom(1024, 64 * MIB).default(2 * MIB),
+  HANGAR_TOOLS_MCP_REFRESH_MS: intFrom(0, 7 * 24 * 3600 * 1000).default(3600 * 1000),
+  HANGAR_SEARCH_PROVIDER: z.enum(['brave']).optional(),
+  HANGAR_SEARCH_API_KEY: z.string().min(1).optional(),
+  HANGAR_SEARCH_URL: z.string().url().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -146,6 +154,23 @@ export type Config = Readonly<{
   nodes: NodesConfig;
   models: ModelsConfig;
   oauth: OAuthConfig;
+  tools: ToolsConfig;
+}>;
+
+/** Tools (ADR 0027): the catalogue, the egress guard every outbound tool request goes through, web search. */
+export type ToolsConfig = Readonly<{
+  /** A JSON file of catalogue entries added to (or replacing by slug) the shipped ones. */
+  catalogFile: string | null;
+  /** Whether tool requests may reach loopback, link-local and private addresses (tests' loopback fakes). */
+  allowPrivateNetworks: boolean;
+  /** Each outbound tool request (all redirects included) gives up after this long. */
+  timeoutMs: number;
+  /** A tool's answer larger than this fails the call. */
+  maxResponseBytes: number;
+  /** How often registered MCP servers' tool lists are refreshed (0: only on demand). */
+  mcpRefreshMs: number;
+  /** The provider behind `web_search`; null: web_search cannot run here. */
+  search: Readonly<{ provider: 'brave'; apiKey: string; url: string }> | null;
 }>;
 
 /** OAuth connections (ADR 0026): extra provider definitions, platform clients, where a flow may return to. */
@@ -349,6 +374,20 @@ function parseDatabaseUrl(url: string | undefined, dataDir: string): Config['dat
   return { kind: 'postgres', url: parsed.toString(), schema };
 }
 
+/** `HANGAR_SEARCH_*`: the web_search provider, complete or absent (a half-configured one stops start-up). */
+function searchConfig(e: z.infer<typeof EnvSchema>): ToolsConfig['search'] {
+  if (!e.HANGAR_SEARCH_PROVIDER) {
+    if (e.HANGAR_SEARCH_API_KEY) throw new ConfigError('HANGAR_SEARCH_PROVIDER', 'must be set (to "brave") when HANGAR_SEARCH_API_KEY is');
+    return null;
+  }
+  if (!e.HANGAR_SEARCH_API_KEY) throw new ConfigError('HANGAR_SEARCH_API_KEY', `is required by HANGAR_SEARCH_PROVIDER=${e.HANGAR_SEARCH_PROVIDER}`);
+  return Object.freeze({
+    provider: e.HANGAR_SEARCH_PROVIDER,
+    apiKey: e.HANGAR_SEARCH_API_KEY,
+    url: e.HANGAR_SEARCH_URL ?? 'https://api.search.brave.com/res/v1/web/search',
+  });
+}
+
 /**
  * Platform OAuth clients: `HANGAR_OAUTH_<SLUG>_CLIENT_ID` (and `_CLIENT_SECRET`, absent for a public client), the
  * slug upper-cased with `-` as `_` (`HANGAR_OAUTH_GOOGLE_CLIENT_ID` for `google`).
@@ -518,6 +557,14 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
         }),
       ),
       timeoutMs: e.HANGAR_OAUTH_TIMEOUT_MS,
+    }),
+    tools: Object.freeze({
+      catalogFile: e.HANGAR_TOOLS_CATALOG_FILE ? path.resolve(e.HANGAR_TOOLS_CATALOG_FILE) : null,
+      allowPrivateNetworks: e.HANGAR_TOOLS_ALLOW_PRIVATE_NETWORKS === '1' || e.HANGAR_TOOLS_ALLOW_PRIVATE_NETWORKS === 'true',
+      timeoutMs: e.HANGAR_TOOLS_TIMEOUT_MS,
+      maxResponseBytes: e.HANGAR_TOOLS_MAX_RESPONSE_BYTES,
+      mcpRefreshMs: e.HANGAR_TOOLS_MCP_REFRESH_MS,
+      search: searchConfig(e),
     }),
     sandboxes: Object.freeze({
       driver: e.HANGAR_SANDBOX_DRIVER,

@@ -309,10 +309,67 @@ export interface ToolExecutionsTable {
   id: string;
   org_id: string;
   user_id: string | null;
-  run_id: string;
+  run_id: string | null;
   tool: string;
+  via: 'api' | 'run';
   status: 'completed' | 'failed';
+  error_code: string | null;
+  /** JSON object: credential field -> the step that supplied it (names only, never values). */
+  credential_sources: string | null;
   duration_ms: number;
+  created_at: string;
+}
+
+export interface ToolInstallsTable {
+  id: string;
+  org_id: string;
+  /** '' : organization-wide. */
+  user_id: string;
+  slug: string;
+  installed_by_user_id: string;
+  created_at: string;
+}
+
+export interface ToolCredentialsTable {
+  id: string;
+  org_id: string;
+  /** '' : organization-wide. */
+  user_id: string;
+  slug: string;
+  /** JSON array of the stored field names. */
+  fields: string;
+  values_ciphertext: string;
+  updated_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface CustomToolsTable {
+  id: string;
+  org_id: string;
+  slug: string;
+  kind: 'http' | 'openapi' | 'mcp';
+  name: string;
+  description: string;
+  /** JSON: what the admin sent. */
+  source: string;
+  /** JSON array of catalogue entries. */
+  tools: string;
+  /** JSON array of { name, reason }. */
+  skipped: string;
+  last_refreshed_at: string | null;
+  last_error: string | null;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface InstallableAgentInstallsTable {
+  id: string;
+  org_id: string;
+  user_id: string;
+  slug: string;
+  agent_id: string;
   created_at: string;
 }
 
@@ -431,4 +488,8 @@ export interface Database {
   oauth_configs: OAuthConfigsTable;
   oauth_connections: OAuthConnectionsTable;
   oauth_flows: OAuthFlowsTable;
+  tool_installs: ToolInstallsTable;
+  tool_credentials: ToolCredentialsTable;
+  custom_tools: CustomToolsTable;
+  installable_agent_installs: InstallableAgentInstallsTable;
 }

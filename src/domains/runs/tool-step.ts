@@ -50,6 +50,7 @@ export async function toolStep(
         user_id: ctx.principal.userId,
         run_id: runId,
         tool: c.name,
+        via: 'run',
         status: outcome.isError ? 'failed' : 'completed',
         duration_ms: Date.now() - toolStarted,
         created_at: nowIso(),
