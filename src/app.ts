@@ -23,6 +23,7 @@ import {
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
+import { toolRoutes } from './domains/tools/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -54,7 +55,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     runRoutes,
   ],
   auth: [oauthRoutes],
-  tools: [secretRoutes],
+  tools: [secretRoutes, toolRoutes],
   billing: [billingRoutes],
   storage: [storageRoutes],
 };

@@ -30,6 +30,10 @@ export const SCOPES = {
   'agent:read': 'Read agents, runs and threads',
   'agent:run': 'Run agents and change threads',
   'agent:write': 'Create, change and delete agent definitions',
+  'tools:read': 'Browse the tool catalogue and see installed tools and which credential fields are stored',
+  'tools:write': 'Install and uninstall tools for yourself; store and delete your own tool credentials',
+  'tools:execute': 'Execute installed tools (credentials are resolved on the server and never returned)',
+  'tools:admin': 'Install tools for the whole organization and manage custom tools and MCP servers',
   'runmesh:read': 'Read device mesh nodes',
   'runmesh:write': 'Change and revoke device mesh nodes',
 } as const;
@@ -40,7 +44,7 @@ export const ALL_SCOPES = Object.keys(SCOPES) as Scope[];
 export type Role = 'admin' | 'member';
 export const ROLES: readonly Role[] = ['admin', 'member'];
 
-const ADMIN_ONLY: ReadonlySet<Scope> = new Set(['org:admin', 'billing:read', 'billing:write', 'credentials:admin']);
+const ADMIN_ONLY: ReadonlySet<Scope> = new Set(['org:admin', 'billing:read', 'billing:write', 'credentials:admin', 'tools:admin']);
 
 export const ROLE_SCOPES: Readonly<Record<Role, ReadonlySet<Scope>>> = {
   admin: new Set(ALL_SCOPES),

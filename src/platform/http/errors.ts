@@ -11,6 +11,7 @@ export const ERROR_STATUS = {
   connect_required: 409,
   provider_disabled: 409,
   provider_not_configured: 409,
+  tool_not_installed: 409,
   payload_too_large: 413,
   quota_exceeded: 413,
   unsupported_media_type: 415,
