@@ -23,7 +23,7 @@ export async function agentRoutes(app: App, _deps: Deps) {
         summary: 'Create an agent',
         description: [
           '`slug` (unique in the organization), `executionMode` (`managed` default: the model gateway only; `in_sandbox`: tools run in a sandbox of `sandboxTemplate`; ',
-          '`local-desktop`: runs on the device `targetDeviceId`, required for that mode), `model`, `instructions`, `tools` (exec_command, write_stdin, apply_patch, view_image need in_sandbox; web_search), ',
+          '`local-desktop`: runs on the device `targetDeviceId`, required for that mode), `model`, `instructions`, `tools` (exec_command, write_stdin, apply_patch, view_image need in_sandbox; any other name is a tool slug from GET /v1/tools, which runs server-side once installed), ',
           '`config` (`maxTurns`, `maxTokens`, `temperature`: defaults of its runs), `metadata`.',
         ].join(''),
         body: CreateAgentBody,

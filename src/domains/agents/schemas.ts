@@ -1,9 +1,15 @@
 import { z } from 'zod';
 import { EXECUTION_MODES } from '../threads/index.js';
 
-/** The tools an agent can be given (the spec's example list). Sandbox tools need `in_sandbox`. */
-export const AGENT_TOOLS = ['exec_command', 'write_stdin', 'apply_patch', 'view_image', 'web_search'] as const;
+/** The tools that act in the thread's sandbox (they need `in_sandbox`); every other tool name is a catalogue slug. */
 export const SANDBOX_TOOLS: readonly string[] = ['exec_command', 'write_stdin', 'apply_patch', 'view_image'];
+
+/** A tool an agent may call: a sandbox tool or a catalogue slug (64 characters at most: models' function-name limit). */
+const AgentTool = z
+  .string()
+  .min(2)
+  .max(64)
+  .regex(/^[a-z][a-z0-9_-]*$/, 'a sandbox tool (exec_command, write_stdin, apply_patch, view_image) or a tool slug from GET /v1/tools');
 
 export const AgentSlug = z
   .string()
@@ -24,7 +30,7 @@ const Fields = {
   targetDeviceId: z.string().min(1).max(200).nullable().describe('The device of a local-device agent (required for that mode)'),
   model: z.string().min(1).max(200).nullable().describe('A model id from GET /v1/models/available'),
   instructions: z.string().max(200_000).nullable().describe('System instructions'),
-  tools: z.array(z.enum(AGENT_TOOLS)).max(AGENT_TOOLS.length),
+  tools: z.array(AgentTool).max(64),
   config: AgentConfig,
   sandboxTemplate: z.string().min(1).max(64).nullable().describe('Template of the sandbox an in_sandbox agent’s tools run in (default base-ubuntu)'),
   metadata: z.record(z.string().max(64), z.string().max(1024)),
@@ -73,7 +79,7 @@ export const Agent = z
     targetDeviceId: z.string().nullable(),
     model: z.string().nullable(),
     instructions: z.string().nullable(),
-    tools: z.array(z.enum(AGENT_TOOLS)),
+    tools: z.array(z.string()),
     config: AgentConfig,
     sandboxTemplate: z.string().nullable(),
     metadata: z.record(z.string(), z.string()),

@@ -7,6 +7,7 @@ import { nowIso, uuid } from '../../platform/ids.js';
 import { listActivity, recordActivity, type ActivityQuery } from '../activity/index.js';
 import { modelGateway } from '../models/index.js';
 import { resolveTemplate } from '../templates/index.js';
+import { findTool } from '../tools/index.js';
 import { SANDBOX_TOOLS, type Agent, type CreateAgentBody, type PatchAgentBody } from './schemas.js';
 
 type Row = Selectable<AgentsTable>;
@@ -57,6 +58,10 @@ async function validate(ctx: Ctx, a: Agent): Promise<void> {
     if (needSandbox.length)
       throw errors.invalidField('tools', `${needSandbox.join(', ')} run in a sandbox; a managed agent has none (use executionMode in_sandbox)`);
   }
+  const catalogueTools = a.tools.filter((t) => !SANDBOX_TOOLS.includes(t));
+  const unknown: string[] = [];
+  for (const slug of catalogueTools) if (!(await findTool(ctx, slug))) unknown.push(slug);
+  if (unknown.length) throw errors.invalidField('tools', `unknown tool(s) ${unknown.join(', ')}: GET /v1/tools lists the catalogue`);
   if (a.model && !modelGateway(ctx.deps).catalogue.some((m) => m.id === a.model)) {
     throw errors.invalidField('model', `unknown model "${a.model}"; GET /v1/models/available lists the models`);
   }

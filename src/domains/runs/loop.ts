@@ -1,11 +1,12 @@
 /** A run's turn loop: the model thinks (streamed into the thread), then the tools it called run, until it answers or runs out of turns. */
-import { streamText, type ModelMessage } from 'ai';
+import { streamText, type ModelMessage, type ToolSet } from 'ai';
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
 import type { Ctx } from '../../platform/context.js';
 import { agentOf } from '../sandboxes/index.js';
 import { providerError, recordModelUsage, type resolveModel, toUsage } from '../models/index.js';
 import { threadHistory, transientFrames } from '../threads/index.js';
+import { catalogueToolDefinitions, catalogueTools } from './catalog-tools.js';
 import { CancelledError, type RunIo } from './io.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
 import { toolStep } from './tool-step.js';
@@ -43,7 +44,8 @@ export async function runTurns(
   const { summary, messages: past } = await threadHistory(ctx, threadId, row.rollout_id);
   const messages: ModelMessage[] = past.map((m) => ({ role: m.role, content: m.text }));
   const system = [agent.instructions, summary ? `${SUMMARY_PREFIX}${summary}` : null].filter(Boolean).join('\n\n') || undefined;
-  const toolSet = mode === 'in_sandbox' ? toolDefinitions(tools) : {};
+  const catalogue = new Set(catalogueTools(tools));
+  const toolSet: ToolSet = { ...(mode === 'in_sandbox' ? toolDefinitions(tools) : {}), ...(await catalogueToolDefinitions(ctx, [...catalogue])) };
   const sandboxAgent = row.sandbox_id ? (await agentOf(ctx, row.sandbox_id)).agent : null;
   const pids = new Set<number>();
   const maxTurns = cfg.maxTurns ?? DEFAULT_MAX_TURNS;
@@ -109,7 +111,7 @@ export async function runTurns(
     messages.push({ role: 'assistant', content: assistantParts } as ModelMessage);
     const results: unknown[] = [];
     for (const c of calls) {
-      results.push(await toolStep(ctx, { row, call: c, toolSet, sandboxAgent, pids, signal, io }));
+      results.push(await toolStep(ctx, { row, call: c, toolSet, catalogue, sandboxAgent, pids, signal, io }));
     }
     messages.push({ role: 'tool', content: results } as ModelMessage);
   }

@@ -25,6 +25,7 @@ import {
   type TransientOrigin,
   type TransientPublisher,
 } from '../threads/index.js';
+import { checkCatalogueTools } from './catalog-tools.js';
 import { CancelledError } from './io.js';
 import { runTurns } from './loop.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
@@ -153,12 +154,7 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
   const agent = await findAgentRow(ctx, body.agent);
   const text = userText(body);
   const tools = JSON.parse(agent.tools) as string[];
-  if (tools.includes('web_search')) {
-    throw errors.invalidField(
-      'agent',
-      `agent "${agent.slug}" needs web_search, and this server has no search provider configured; remove the tool from the agent`,
-    );
-  }
+  await checkCatalogueTools(ctx, agent.slug, tools);
   const mode = agent.execution_mode;
   const cfg = { ...(JSON.parse(agent.config) as RunBody['config']), ...body.config };
   let model: Awaited<ReturnType<typeof resolveModel>> | null = null;
