@@ -23,7 +23,7 @@ import {
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
-import { toolRoutes } from './domains/tools/index.js';
+import { startToolJobs, toolRoutes } from './domains/tools/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -75,7 +75,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startRunJobs,
   ],
   auth: [startOAuthJobs],
-  tools: [],
+  tools: [startToolJobs],
   billing: [],
   storage: [],
 };

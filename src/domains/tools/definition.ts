@@ -10,7 +10,8 @@ export const ToolSlug = z
   .string()
   .min(2)
   .max(128)
-  .regex(/^[a-z][a-z0-9_-]*$/, 'lower-case letters, digits, "_" and "-", starting with a letter');
+  .regex(/^[a-z][a-z0-9_-]*$/, 'lower-case letters, digits, "_" and "-", starting with a letter')
+  .refine((s) => s !== 'custom' && s !== 'installed', 'is reserved (a route under /v1/tools)');
 
 /** A credential field's name as a tool declares it (`apiKey`); step 4 of the chain maps it to the secret `APIKEY`. */
 export const FieldName = z

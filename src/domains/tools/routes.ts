@@ -3,6 +3,17 @@ import type { Deps } from '../../platform/context.js';
 import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
 import { catalog } from './catalog.js';
+import {
+  CreateCustomBody,
+  CustomToolView,
+  createCustomTool,
+  deleteCustomTool,
+  getCustomTool,
+  listCustomTools,
+  PatchCustomBody,
+  refreshCustomTool,
+  updateCustomTool,
+} from './custom.js';
 import { executeTool } from './execute.js';
 import {
   CredentialsBody,
@@ -29,6 +40,7 @@ import {
 } from './service.js';
 
 const tags = ['tools'];
+const IdParams = z.object({ id: z.string().min(1).max(100) });
 
 export async function toolRoutes(app: App, deps: Deps) {
   catalog(deps); // a bad catalogue file stops start-up with a ConfigError naming it
@@ -170,5 +182,91 @@ export async function toolRoutes(app: App, deps: Deps) {
       },
     },
     async (req) => ok(req, await executeTool(req.ctx, req.params.slug, req.body, { via: 'api' })),
+  );
+
+  // ---- custom tools ----
+
+  app.post(
+    '/v1/tools/custom',
+    {
+      config: { scope: 'tools:admin' },
+      // An OpenAPI document may be up to 1 MiB of text, more than the default body limit allows.
+      bodyLimit: 2 * 1024 * 1024,
+      schema: {
+        tags,
+        summary: 'Create a custom tool, an OpenAPI tool set or an MCP server',
+        description: [
+          '`kind: "http"`: one tool from `tool` (`inputSchema`, `credentials`, `oauth`, `execution` as in the catalogue format: URL, header, query and body templates over `{{args.x}}` and `{{credentials.y}}`, a literal host).',
+          '`kind: "openapi"`: one tool per operation of `document` (OpenAPI 3.0/3.1, JSON or YAML), named `<slug>__<operation>`; what cannot be expressed is listed in `skipped`.',
+          '`kind: "mcp"`: a remote MCP server (streamable HTTP) whose tools become `<slug>__<tool>`; `headers` are templates filled by the credential chain (store the values with POST /v1/tools/{slug}/credentials).',
+          'Its tools are installed for the whole organization. Admins only (`tools:admin`).',
+        ].join('\n\n'),
+        body: CreateCustomBody,
+        response: { 201: envelope(CustomToolView), ...errorResponses },
+      },
+    },
+    async (req, reply) => reply.code(201).send(ok(req, await createCustomTool(req.ctx, req.body))),
+  );
+
+  app.get(
+    '/v1/tools/custom',
+    {
+      config: { scope: 'tools:read' },
+      schema: { tags, summary: 'Custom tools of the organization', response: { 200: envelope(z.array(CustomToolView)), ...errorResponses } },
+    },
+    async (req) => ok(req, await listCustomTools(req.ctx)),
+  );
+
+  app.get(
+    '/v1/tools/custom/:id',
+    {
+      config: { scope: 'tools:read' },
+      schema: { tags, summary: 'One custom tool', params: IdParams, response: { 200: envelope(CustomToolView), ...errorResponses } },
+    },
+    async (req) => ok(req, await getCustomTool(req.ctx, req.params.id)),
+  );
+
+  app.patch(
+    '/v1/tools/custom/:id',
+    {
+      config: { scope: 'tools:admin' },
+      bodyLimit: 2 * 1024 * 1024,
+      schema: {
+        tags,
+        summary: 'Change a custom tool',
+        description: 'Fields of its kind only. Tools that disappear lose their installs and stored credentials; new ones are installed for the organization.',
+        params: IdParams,
+        body: PatchCustomBody,
+        response: { 200: envelope(CustomToolView), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await updateCustomTool(req.ctx, req.params.id, req.body)),
+  );
+
+  app.delete(
+    '/v1/tools/custom/:id',
+    {
+      config: { scope: 'tools:admin' },
+      schema: { tags, summary: 'Delete a custom tool', params: IdParams, response: { 204: z.null(), ...errorResponses } },
+    },
+    async (req, reply) => {
+      await deleteCustomTool(req.ctx, req.params.id);
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.post(
+    '/v1/tools/custom/:id/refresh',
+    {
+      config: { scope: 'tools:admin' },
+      schema: {
+        tags,
+        summary: 'List an MCP server’s tools again now',
+        description: 'A server that fails keeps its last list; `lastError` says why.',
+        params: IdParams,
+        response: { 200: envelope(CustomToolView), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await refreshCustomTool(req.ctx, req.params.id)),
   );
 }

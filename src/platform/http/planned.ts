@@ -5,7 +5,6 @@
  */
 export const PLANNED: readonly { prefix: string; feature: string }[] = [
   { prefix: '/v1/deployments', feature: 'deployments' },
-  { prefix: '/v1/tools/custom', feature: 'custom tools and MCP servers' },
   { prefix: '/v1/agent-channels', feature: 'messaging channels' },
   { prefix: '/v1/apps', feature: 'product channel bindings' },
   { prefix: '/v1/runmesh', feature: 'the device mesh' },
