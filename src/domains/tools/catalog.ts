@@ -9,7 +9,7 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import { ConfigError, type ToolsConfig } from '../../config.js';
 import type { Deps } from '../../platform/context.js';
 import { deriveKey } from '../../platform/crypto/index.js';
-import type { EgressPolicy } from '../../platform/http/egress.js';
+import { egressFetch, type EgressPolicy } from '../../platform/http/egress.js';
 import { stateKey } from '../../platform/state.js';
 import { type CatalogEntry, CatalogFile, checkEntry } from './definition.js';
 
@@ -113,6 +113,14 @@ export function toolPolicy(deps: Deps): EgressPolicy {
     maxRedirects: 5,
   };
   return s.policy;
+}
+
+/** The egress-guarded fetch of this app's MCP client (the same policy, so the same connection pool). */
+export function toolFetch(deps: Deps): typeof fetch {
+  const s = toolsState(deps);
+  const f = s.fetch ?? egressFetch(toolPolicy(deps));
+  s.fetch = f;
+  return f;
 }
 
 /** The key that seals stored tool credentials. */

@@ -11,11 +11,10 @@ import { nowIso, prefixedId } from '../../platform/ids.js';
 import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import { membershipOf } from '../organizations/index.js';
-import { catalog, toolPolicy, toolsState } from './catalog.js';
+import { catalog, toolFetch } from './catalog.js';
 import { resolveCredentials } from './credentials.js';
 import { CatalogEntry, CredentialField, checkEntry, HttpExecution, OAuthRequirement, ToolSlug } from './definition.js';
 import { type McpSource, mcpHeaders } from './execute.js';
-import { egressFetch } from '../../platform/http/egress.js';
 import { listMcpTools, McpError } from './mcp.js';
 import { importOpenApi, OPENAPI_MAX_BYTES, parseOpenApiText } from './openapi-import.js';
 import * as repo from './repo.js';
@@ -189,10 +188,8 @@ async function listServer(ctx: Ctx, slug: string, source: McpSource, previous: C
   const keep = (why: string): Derived => ({ tools: previous, skipped: [], source: { ...source }, lastError: why, refreshed: false });
   const resolved = await resolveCredentials(ctx, stand, {});
   if (resolved.missing.length) return keep(`credential field(s) ${resolved.missing.join(', ')} are not available: store them with POST /v1/tools/${slug}/credentials`);
-  const s = toolsState(ctx.deps);
-  s.fetch ??= egressFetch(toolPolicy(ctx.deps));
   try {
-    const listed = await listMcpTools({ url: source.url, headers: mcpHeaders(source, resolved.values), fetch: s.fetch, timeoutMs: ctx.deps.config.tools.timeoutMs });
+    const listed = await listMcpTools({ url: source.url, headers: mcpHeaders(source, resolved.values), fetch: toolFetch(ctx.deps), timeoutMs: ctx.deps.config.tools.timeoutMs });
     const tools: CatalogEntry[] = [];
     const skipped: { name: string; reason: string }[] = [];
     const used = new Set<string>();

@@ -4,11 +4,11 @@
  * is one `tool_executions` row and one activity event, written together.
  */
 import { requireScope, withTx, type Ctx } from '../../platform/context.js';
-import { EgressError, egressFetch, egressRequest } from '../../platform/http/egress.js';
+import { EgressError, egressRequest } from '../../platform/http/egress.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
-import { toolPolicy, toolsState, validatorFor } from './catalog.js';
+import { toolFetch, toolPolicy, validatorFor } from './catalog.js';
 import { resolveCredentials } from './credentials.js';
 import type { HttpExecution } from './definition.js';
 import { httpRequestFromArgs, httpRequestOutput } from './http-request.js';
@@ -51,12 +51,6 @@ export function mcpHeaders(source: McpSource, values: Record<string, string>): R
   return headers;
 }
 
-function mcpFetch(ctx: Ctx): typeof fetch {
-  const s = toolsState(ctx.deps);
-  s.fetch ??= egressFetch(toolPolicy(ctx.deps));
-  return s.fetch;
-}
-
 async function run(ctx: Ctx, t: FoundTool, args: Record<string, unknown>, credentials: Record<string, string>, signal?: AbortSignal): Promise<Outcome> {
   const policy = toolPolicy(ctx.deps);
   const send = async (req: BuiltRequest, credentialed: boolean) => egressRequest(policy, { ...req, credentialed, signal });
@@ -81,7 +75,7 @@ async function run(ctx: Ctx, t: FoundTool, args: Record<string, unknown>, creden
     }
     const source = JSON.parse(t.custom!.source) as McpSource;
     const result = await callMcpTool(
-      { url: source.url, headers: mcpHeaders(source, credentials), fetch: mcpFetch(ctx), timeoutMs: ctx.deps.config.tools.timeoutMs },
+      { url: source.url, headers: mcpHeaders(source, credentials), fetch: toolFetch(ctx.deps), timeoutMs: ctx.deps.config.tools.timeoutMs },
       ex.tool,
       args,
     );
@@ -144,6 +138,19 @@ export async function recordToolExecution(ctx: Ctx, r: ExecutionRecord): Promise
   return id;
 }
 
+/**
+ * A service that repeats a credential in its answer (an error quoting the key it refused, say) must not hand it to
+ * the caller or the model: every credential value of the call is blanked out of the output and the error.
+ */
+function redact(outcome: Outcome, secrets: string[]): Outcome {
+  const values = secrets.filter((v) => v.length >= 4);
+  if (!values.length) return outcome;
+  const clean = (text: string) => values.reduce((t, v) => t.split(v).join('[redacted]'), text);
+  const json = outcome.output === null || outcome.output === undefined ? null : JSON.stringify(outcome.output);
+  const output = json !== null && values.some((v) => json.includes(v)) ? JSON.parse(clean(json)) : outcome.output;
+  return { ...outcome, output, ...(outcome.error ? { error: { ...outcome.error, message: clean(outcome.error.message) } } : {}) };
+}
+
 /** Why arguments do not match a schema, in one line. */
 function argumentProblem(validate: ReturnType<typeof validatorFor>): string {
   const e = validate.errors?.[0];
@@ -177,7 +184,7 @@ export async function executeTool(ctx: Ctx, slug: string, body: ExecuteBody, opt
     outcome = failed('credentials_missing', `tool ${slug} is missing credential field(s) ${resolved.missing.join(', ')}: ${how}`);
     if (resolved.oauthProblem) connect = { provider: resolved.oauthProblem.provider, startUrl: resolved.oauthProblem.startUrl };
   } else {
-    outcome = await run(ctx, t, args, resolved.values, opts.signal);
+    outcome = redact(await run(ctx, t, args, resolved.values, opts.signal), Object.values(resolved.values));
   }
   const durationMs = Date.now() - started;
   const id = await recordToolExecution(ctx, {
