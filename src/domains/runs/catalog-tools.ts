@@ -68,7 +68,10 @@ export async function runCatalogueTool(
   call: { name: string; input: unknown },
   run: { runId: string; threadId: string; signal: AbortSignal },
 ): Promise<ToolOutcome> {
-  const { connected_account, connected_connection_id, ...args } = (call.input && typeof call.input === 'object' ? call.input : {}) as Record<string, unknown>;
+  const { connected_account, connected_connection_id, ...args } = (call.input && typeof call.input === 'object' ? call.input : {}) as Record<
+    string,
+    unknown
+  >;
   const account = [connected_connection_id, connected_account].find((v): v is string => typeof v === 'string' && v.length > 0);
   const started = Date.now();
   try {

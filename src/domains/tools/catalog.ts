@@ -38,11 +38,18 @@ function parseCatalog(text: string, where: string, setting: string): CatalogEntr
     const issue = parsed.error.issues[0]!;
     const index = typeof issue.path[1] === 'number' ? issue.path[1] : -1;
     const slug = index >= 0 ? ((json as { tools: { slug?: unknown }[] }).tools[index]?.slug ?? `#${index}`) : '';
-    throw new ConfigError(setting, `${where}: ${slug ? `tool ${String(slug)}: ` : ''}${issue.path.slice(2).join('.') || issue.path.join('.')}: ${issue.message}`);
+    throw new ConfigError(
+      setting,
+      `${where}: ${slug ? `tool ${String(slug)}: ` : ''}${issue.path.slice(2).join('.') || issue.path.join('.')}: ${issue.message}`,
+    );
   }
   const seen = new Set<string>();
   for (const entry of parsed.data.tools) {
-    if (entry.execution.type === 'mcp') throw new ConfigError(setting, `${where}: tool ${entry.slug}: MCP tools come from registered servers (POST /v1/tools/custom), not a catalogue file`);
+    if (entry.execution.type === 'mcp')
+      throw new ConfigError(
+        setting,
+        `${where}: tool ${entry.slug}: MCP tools come from registered servers (POST /v1/tools/custom), not a catalogue file`,
+      );
     if (entry.slug.includes('__')) throw new ConfigError(setting, `${where}: tool ${entry.slug}: "__" is reserved for the tools of custom sets`);
     const problems = checkEntry(entry);
     if (problems.length) throw new ConfigError(setting, `${where}: tool ${entry.slug}: ${problems.join('; ')}`);

@@ -81,7 +81,11 @@ export async function resolveCredentials(ctx: Ctx, t: FoundTool, input: ChainInp
   if (oauth && !(oauth.field in values)) {
     const startUrl = `${ctx.deps.config.urls.auth.replace(/\/+$/, '')}/v1/oauth/start/${oauth.provider}`;
     if (!hasScope(ctx, 'connections:use')) {
-      oauthProblem = { provider: oauth.provider, startUrl, message: 'this credential lacks the "connections:use" scope, so connected accounts cannot be used' };
+      oauthProblem = {
+        provider: oauth.provider,
+        startUrl,
+        message: 'this credential lacks the "connections:use" scope, so connected accounts cannot be used',
+      };
     } else {
       try {
         const token = await getAccessToken(ctx, { provider: oauth.provider, account: input.oauth?.account });

@@ -40,10 +40,7 @@ const HttpTool = z
   })
   .strict();
 
-const HeaderTemplates = z.record(
-  z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$/, 'a header name'),
-  z.string().max(4096),
-);
+const HeaderTemplates = z.record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$/, 'a header name'), z.string().max(4096));
 
 export const CreateCustomBody = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('http'), ...Common, tool: HttpTool }).strict(),
@@ -51,7 +48,9 @@ export const CreateCustomBody = z.discriminatedUnion('kind', [
     .object({
       kind: z.literal('openapi'),
       ...Common,
-      document: z.union([z.string().min(1).max(OPENAPI_MAX_BYTES), z.record(z.string(), z.unknown())]).describe('The OpenAPI 3.0/3.1 document: JSON or YAML text, or the JSON object'),
+      document: z
+        .union([z.string().min(1).max(OPENAPI_MAX_BYTES), z.record(z.string(), z.unknown())])
+        .describe('The OpenAPI 3.0/3.1 document: JSON or YAML text, or the JSON object'),
       baseUrl: z.string().url().max(2048).optional().describe('Where its operations are sent (default: the document’s first server)'),
     })
     .strict(),
@@ -60,7 +59,9 @@ export const CreateCustomBody = z.discriminatedUnion('kind', [
       kind: z.literal('mcp'),
       ...Common,
       url: z.string().url().max(2048).describe('The server’s streamable HTTP endpoint'),
-      headers: HeaderTemplates.default({}).describe('Header templates filled by the credential chain: `{"Authorization": "Bearer {{credentials.token}}"}`'),
+      headers: HeaderTemplates.default({}).describe(
+        'Header templates filled by the credential chain: `{"Authorization": "Bearer {{credentials.token}}"}`',
+      ),
       credentials: z.array(CredentialField).max(20).default([]).describe('The credential fields the header templates use'),
     })
     .strict(),
@@ -113,8 +114,18 @@ interface Derived {
 
 const entriesOf = (row: CustomRow): CatalogEntry[] => JSON.parse(row.tools) as CatalogEntry[];
 
+/** What a set keeps of what the admin sent: an HTTP tool's definition, an OpenAPI set's base URL, an MCP server. */
+interface StoredSource {
+  tool?: z.infer<typeof HttpTool>;
+  baseUrl?: string | null;
+  operations?: number;
+  url?: string;
+  headers?: Record<string, string>;
+  credentials?: { name: string; description: string; required: boolean }[];
+}
+
 function toView(row: CustomRow): CustomToolView {
-  const source = JSON.parse(row.source) as Record<string, any>;
+  const source = JSON.parse(row.source) as StoredSource;
   return {
     id: row.id,
     slug: row.slug,
@@ -123,9 +134,10 @@ function toView(row: CustomRow): CustomToolView {
     description: row.description,
     tools: entriesOf(row).map((t) => t.slug),
     skipped: JSON.parse(row.skipped),
-    url: row.kind === 'mcp' ? source.url : row.kind === 'openapi' ? (source.baseUrl ?? null) : null,
+    url: row.kind === 'mcp' ? (source.url ?? null) : row.kind === 'openapi' ? (source.baseUrl ?? null) : null,
     headerNames: row.kind === 'mcp' ? Object.keys(source.headers ?? {}) : [],
-    credentials: row.kind === 'mcp' ? (source.credentials ?? []).map((f: { name: string; required: boolean }) => ({ name: f.name, required: f.required })) : [],
+    credentials:
+      row.kind === 'mcp' ? (source.credentials ?? []).map((f: { name: string; required: boolean }) => ({ name: f.name, required: f.required })) : [],
     lastRefreshedAt: row.last_refreshed_at,
     lastError: row.last_error,
     createdByUserId: row.created_by_user_id,
@@ -181,15 +193,30 @@ function checkMcpSource(source: McpSource): void {
 /** Lists an MCP server's tools with headers filled by the chain (as `ctx`); a failure keeps `previous` and says why. */
 async function listServer(ctx: Ctx, slug: string, source: McpSource, previous: CatalogEntry[]): Promise<Derived> {
   const stand = {
-    entry: { slug, name: slug, description: '', category: 'custom', inputSchema: { type: 'object' }, output: '', credentials: source.credentials, execution: { type: 'mcp', server: slug, tool: '-' } } as CatalogEntry,
+    entry: {
+      slug,
+      name: slug,
+      description: '',
+      category: 'custom',
+      inputSchema: { type: 'object' },
+      output: '',
+      credentials: source.credentials,
+      execution: { type: 'mcp', server: slug, tool: '-' },
+    } as CatalogEntry,
     source: 'custom' as const,
     custom: { kind: 'mcp', slug, source: JSON.stringify(source) } as CustomRow,
   };
   const keep = (why: string): Derived => ({ tools: previous, skipped: [], source: { ...source }, lastError: why, refreshed: false });
   const resolved = await resolveCredentials(ctx, stand, {});
-  if (resolved.missing.length) return keep(`credential field(s) ${resolved.missing.join(', ')} are not available: store them with POST /v1/tools/${slug}/credentials`);
+  if (resolved.missing.length)
+    return keep(`credential field(s) ${resolved.missing.join(', ')} are not available: store them with POST /v1/tools/${slug}/credentials`);
   try {
-    const listed = await listMcpTools({ url: source.url, headers: mcpHeaders(source, resolved.values), fetch: toolFetch(ctx.deps), timeoutMs: ctx.deps.config.tools.timeoutMs });
+    const listed = await listMcpTools({
+      url: source.url,
+      headers: mcpHeaders(source, resolved.values),
+      fetch: toolFetch(ctx.deps),
+      timeoutMs: ctx.deps.config.tools.timeoutMs,
+    });
     const tools: CatalogEntry[] = [];
     const skipped: { name: string; reason: string }[] = [];
     const used = new Set<string>();
@@ -224,18 +251,35 @@ async function listServer(ctx: Ctx, slug: string, source: McpSource, previous: C
 
 async function derive(ctx: Ctx, slug: string, body: CreateCustomBody, previous: CatalogEntry[]): Promise<Derived> {
   const meta = { name: body.name, description: body.description, category: body.category };
-  if (body.kind === 'http') return { tools: [httpEntry(slug, meta, body.tool)], skipped: [], source: { tool: body.tool }, lastError: null, refreshed: false };
+  if (body.kind === 'http')
+    return { tools: [httpEntry(slug, meta, body.tool)], skipped: [], source: { tool: body.tool }, lastError: null, refreshed: false };
   if (body.kind === 'openapi') {
     const doc = typeof body.document === 'string' ? parseOpenApiText(body.document) : body.document;
     if (typeof body.document !== 'string' && Buffer.byteLength(JSON.stringify(body.document)) > OPENAPI_MAX_BYTES)
       throw errors.tooLarge(`document is larger than ${OPENAPI_MAX_BYTES} bytes`);
     const r = importOpenApi(doc, { set: slug, baseUrl: body.baseUrl, category: body.category ?? 'custom' });
     if (!r.tools.length)
-      throw errors.invalidField('document', `no operation could be made a tool: ${r.skipped.map((s) => `${s.name}: ${s.reason}`).join('; ').slice(0, 1000)}`);
+      throw errors.invalidField(
+        'document',
+        `no operation could be made a tool: ${r.skipped
+          .map((s) => `${s.name}: ${s.reason}`)
+          .join('; ')
+          .slice(0, 1000)}`,
+      );
     const baseUrl = /^https?:\/\/[^/?#]+/.exec(r.tools[0]!.execution.type === 'http' ? r.tools[0]!.execution.url : '')?.[0] ?? null;
-    return { tools: r.tools, skipped: r.skipped, source: { baseUrl: body.baseUrl ?? baseUrl, operations: r.tools.length }, lastError: null, refreshed: false };
+    return {
+      tools: r.tools,
+      skipped: r.skipped,
+      source: { baseUrl: body.baseUrl ?? baseUrl, operations: r.tools.length },
+      lastError: null,
+      refreshed: false,
+    };
   }
-  const source: McpSource = { url: body.url, headers: body.headers, credentials: body.credentials.map((f) => ({ ...f, description: f.description ?? '' })) };
+  const source: McpSource = {
+    url: body.url,
+    headers: body.headers,
+    credentials: body.credentials.map((f) => ({ ...f, description: f.description ?? '' })),
+  };
   checkMcpSource(source);
   return listServer(ctx, slug, source, previous);
 }
@@ -247,12 +291,27 @@ async function syncInstalls(tx: Ctx, before: readonly string[], after: readonly 
   await repo.deleteCredentialsOfSlugs(tx, gone);
   for (const slug of after.filter((s) => !before.includes(s))) {
     if (!(await repo.findInstall(tx, ORG_OWNER, slug)))
-      await repo.insertInstall(tx, { id: prefixedId('tin'), org_id: tx.principal.orgId!, user_id: ORG_OWNER, slug, installed_by_user_id: tx.principal.userId, created_at: nowIso() });
+      await repo.insertInstall(tx, {
+        id: prefixedId('tin'),
+        org_id: tx.principal.orgId!,
+        user_id: ORG_OWNER,
+        slug,
+        installed_by_user_id: tx.principal.userId,
+        created_at: nowIso(),
+      });
   }
 }
 
 const activity = (tx: Ctx, row: { id: string; slug: string }, eventType: string, title: string, metadata: Record<string, unknown> = {}) =>
-  recordActivity(tx, { resourceType: 'tool', resourceId: row.slug, toolSlug: row.slug, eventType, status: 'completed', title, metadata: { customToolId: row.id, ...metadata } });
+  recordActivity(tx, {
+    resourceType: 'tool',
+    resourceId: row.slug,
+    toolSlug: row.slug,
+    eventType,
+    status: 'completed',
+    title,
+    metadata: { customToolId: row.id, ...metadata },
+  });
 
 export async function createCustomTool(ctx: Ctx, body: CreateCustomBody): Promise<CustomToolView> {
   requireScope(ctx, 'tools:admin');
@@ -313,7 +372,7 @@ export async function getCustomTool(ctx: Ctx, id: string): Promise<CustomToolVie
 
 /** The create body a row and a patch make together (what the set is now); null when its tools stay as they are. */
 function merged(row: CustomRow, patch: PatchCustomBody): CreateCustomBody | null {
-  const source = JSON.parse(row.source) as Record<string, any>;
+  const source = JSON.parse(row.source) as StoredSource;
   const meta = { slug: row.slug, name: patch.name ?? row.name, description: patch.description ?? row.description, category: patch.category };
   const wrong = (fields: string[]) => {
     const bad = fields.filter((f) => (patch as Record<string, unknown>)[f] !== undefined);
@@ -321,7 +380,7 @@ function merged(row: CustomRow, patch: PatchCustomBody): CreateCustomBody | null
   };
   if (row.kind === 'http') {
     wrong(['document', 'baseUrl', 'url', 'headers', 'credentials']);
-    return { kind: 'http', ...meta, tool: patch.tool ?? source.tool };
+    return { kind: 'http', ...meta, tool: (patch.tool ?? source.tool)! };
   }
   if (row.kind === 'openapi') {
     wrong(['tool', 'url', 'headers', 'credentials']);
@@ -329,7 +388,13 @@ function merged(row: CustomRow, patch: PatchCustomBody): CreateCustomBody | null
     return patch.document ? { kind: 'openapi', ...meta, document: patch.document, baseUrl: patch.baseUrl } : null;
   }
   wrong(['tool', 'document', 'baseUrl']);
-  return { kind: 'mcp', ...meta, url: patch.url ?? source.url, headers: patch.headers ?? source.headers, credentials: patch.credentials ?? source.credentials };
+  return {
+    kind: 'mcp',
+    ...meta,
+    url: (patch.url ?? source.url)!,
+    headers: patch.headers ?? source.headers ?? {},
+    credentials: patch.credentials ?? source.credentials ?? [],
+  };
 }
 
 export async function updateCustomTool(ctx: Ctx, id: string, patch: PatchCustomBody): Promise<CustomToolView> {
@@ -408,10 +473,16 @@ async function refreshRow(ctx: Ctx, row: CustomRow): Promise<CustomToolView> {
       before.map((t) => t.slug),
       d.tools.map((t) => t.slug),
     );
-    await activity(tx, next, d.lastError ? 'tool.custom.refresh_failed' : 'tool.custom.refreshed', `MCP server ${row.slug} ${d.lastError ? 'could not be refreshed' : 'refreshed'}`, {
-      tools: d.tools.length,
-      ...(d.lastError ? { error: d.lastError.slice(0, 300) } : {}),
-    });
+    await activity(
+      tx,
+      next,
+      d.lastError ? 'tool.custom.refresh_failed' : 'tool.custom.refreshed',
+      `MCP server ${row.slug} ${d.lastError ? 'could not be refreshed' : 'refreshed'}`,
+      {
+        tools: d.tools.length,
+        ...(d.lastError ? { error: d.lastError.slice(0, 300) } : {}),
+      },
+    );
   });
   return toView(next);
 }
@@ -438,7 +509,10 @@ export async function refreshDueMcpServers(deps: Deps, intervalMs: number): Prom
     const row = await repo.findCustom(ctx, d.id);
     if (!row) continue;
     if (!member) {
-      await repo.updateCustom(ctx, d.id, { last_error: 'its creator is no longer a member of the organization: an admin must refresh or re-create it', last_refreshed_at: nowIso() });
+      await repo.updateCustom(ctx, d.id, {
+        last_error: 'its creator is no longer a member of the organization: an admin must refresh or re-create it',
+        last_refreshed_at: nowIso(),
+      });
       continue;
     }
     await refreshRow(ctx, row).catch((err) => deps.log.warn({ err, customToolId: d.id }, 'refreshing an MCP server failed'));

@@ -33,7 +33,12 @@ interface Outcome {
   httpStatus: number | null;
 }
 
-const failed = (code: string, message: string, httpStatus: number | null = null): Outcome => ({ ok: false, output: null, error: { code, message }, httpStatus });
+const failed = (code: string, message: string, httpStatus: number | null = null): Outcome => ({
+  ok: false,
+  output: null,
+  error: { code, message },
+  httpStatus,
+});
 
 /** The MCP server's source as stored: its URL, header templates and the credential fields they use. */
 export interface McpSource {
@@ -44,14 +49,29 @@ export interface McpSource {
 
 /** The request an MCP server's header templates make with these credentials (the same rules as HTTP tools). */
 export function mcpHeaders(source: McpSource, values: Record<string, string>): Record<string, string> {
-  const ex: HttpExecution = { type: 'http', method: 'POST', url: source.url, headers: source.headers, query: {}, bodyType: 'json', passArgs: false, response: {} };
+  const ex: HttpExecution = {
+    type: 'http',
+    method: 'POST',
+    url: source.url,
+    headers: source.headers,
+    query: {},
+    bodyType: 'json',
+    passArgs: false,
+    response: {},
+  };
   const { headers } = buildRequest(ex, {}, values);
   delete headers['content-type'];
   delete headers['Content-Type'];
   return headers;
 }
 
-async function run(ctx: Ctx, t: FoundTool, args: Record<string, unknown>, credentials: Record<string, string>, signal?: AbortSignal): Promise<Outcome> {
+async function run(
+  ctx: Ctx,
+  t: FoundTool,
+  args: Record<string, unknown>,
+  credentials: Record<string, string>,
+  signal?: AbortSignal,
+): Promise<Outcome> {
   const policy = toolPolicy(ctx.deps);
   const send = async (req: BuiltRequest, credentialed: boolean) => egressRequest(policy, { ...req, credentialed, signal });
   const ex = t.entry.execution;
@@ -80,7 +100,9 @@ async function run(ctx: Ctx, t: FoundTool, args: Record<string, unknown>, creden
       args,
     );
     const output = result.structured === undefined ? result.output : { text: result.output, structured: result.structured };
-    return result.isError ? { ...failed('tool_error', result.output.slice(0, 2000)), output } : { ok: true, output: capOutput(output), httpStatus: null };
+    return result.isError
+      ? { ...failed('tool_error', result.output.slice(0, 2000)), output }
+      : { ok: true, output: capOutput(output), httpStatus: null };
   } catch (err) {
     if (err instanceof ToolArgumentError) return failed('invalid_arguments', err.message);
     if (err instanceof EgressError) return failed(err.code, err.message);

@@ -111,7 +111,8 @@ export const insertCustom = (ctx: Ctx, row: Insertable<CustomToolsTable>) => exe
 export const updateCustom = (ctx: Ctx, id: string, set: Updateable<CustomToolsTable>) =>
   exec(ctx).updateTable('custom_tools').set(set).where('org_id', '=', orgId(ctx)).where('id', '=', id).execute();
 
-export const deleteCustomRow = (ctx: Ctx, id: string) => exec(ctx).deleteFrom('custom_tools').where('org_id', '=', orgId(ctx)).where('id', '=', id).execute();
+export const deleteCustomRow = (ctx: Ctx, id: string) =>
+  exec(ctx).deleteFrom('custom_tools').where('org_id', '=', orgId(ctx)).where('id', '=', id).execute();
 
 /** MCP servers of every organization due for a refresh (the refresh job's list; each is then refreshed in its own org). */
 export const mcpServersDue = (ctx: Ctx, before: string) =>

@@ -94,7 +94,8 @@ export async function toolRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Install a tool',
-        description: 'For yourself (default), or with `scope: "organization"` for every member (needs `tools:admin`). Installing again answers 200 with the existing install.',
+        description:
+          'For yourself (default), or with `scope: "organization"` for every member (needs `tools:admin`). Installing again answers 200 with the existing install.',
         params: SlugParams,
         body: InstallBody,
         response: { 200: envelope(Install), 201: envelope(Install), ...errorResponses },
@@ -156,7 +157,13 @@ export async function toolRoutes(app: App, deps: Deps) {
     '/v1/tools/:slug/credentials',
     {
       config: { scope: 'tools:write' },
-      schema: { tags, summary: 'Delete stored credentials of a tool', params: SlugParams, querystring: ScopeQuery, response: { 204: z.null(), ...errorResponses } },
+      schema: {
+        tags,
+        summary: 'Delete stored credentials of a tool',
+        params: SlugParams,
+        querystring: ScopeQuery,
+        response: { 204: z.null(), ...errorResponses },
+      },
     },
     async (req, reply) => {
       await deleteToolCredentials(req.ctx, req.params.slug, req.query.scope);
@@ -234,7 +241,8 @@ export async function toolRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Change a custom tool',
-        description: 'Fields of its kind only. Tools that disappear lose their installs and stored credentials; new ones are installed for the organization.',
+        description:
+          'Fields of its kind only. Tools that disappear lose their installs and stored credentials; new ones are installed for the organization.',
         params: IdParams,
         body: PatchCustomBody,
         response: { 200: envelope(CustomToolView), ...errorResponses },

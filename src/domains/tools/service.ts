@@ -136,7 +136,14 @@ export async function installTool(ctx: Ctx, slug: string, scope: InstallScope): 
   return withTx(ctx, async (tx) => {
     const existing = await repo.findInstall(tx, owner, slug);
     if (existing) return { install: toInstall(existing), created: false };
-    const row: InstallRow = { id: prefixedId('tin'), org_id: ctx.principal.orgId!, user_id: owner, slug, installed_by_user_id: ctx.principal.userId, created_at: nowIso() };
+    const row: InstallRow = {
+      id: prefixedId('tin'),
+      org_id: ctx.principal.orgId!,
+      user_id: owner,
+      slug,
+      installed_by_user_id: ctx.principal.userId,
+      created_at: nowIso(),
+    };
     try {
       await repo.insertInstall(tx, row);
     } catch (err) {
@@ -160,7 +167,8 @@ export async function uninstallTool(ctx: Ctx, slug: string, scope: InstallScope)
   requireScope(ctx, 'tools:write');
   requireScopeAdmin(ctx, scope);
   await withTx(ctx, async (tx) => {
-    if (!(await repo.deleteInstall(tx, ownerOf(ctx, scope), slug))) throw errors.notFound(`${scope === 'organization' ? "the organization's" : 'your'} install of tool`, slug);
+    if (!(await repo.deleteInstall(tx, ownerOf(ctx, scope), slug)))
+      throw errors.notFound(`${scope === 'organization' ? "the organization's" : 'your'} install of tool`, slug);
     await recordActivity(tx, {
       resourceType: 'tool',
       resourceId: slug,
@@ -210,7 +218,10 @@ export function credentialFields(t: FoundTool): CatalogEntry['credentials'] {
 const credentialsAad = (org: string, owner: string, slug: string) => `${org}:${owner || '*'}:${slug}`;
 
 export function openCredentials(ctx: Ctx, row: repo.CredentialsRow): Record<string, string> {
-  return JSON.parse(decrypt(credentialsKey(ctx.deps), row.values_ciphertext, credentialsAad(row.org_id, row.user_id, row.slug))) as Record<string, string>;
+  return JSON.parse(decrypt(credentialsKey(ctx.deps), row.values_ciphertext, credentialsAad(row.org_id, row.user_id, row.slug))) as Record<
+    string,
+    string
+  >;
 }
 
 /** The organization's stored credentials need credentials:admin (admins only), as organization secrets do. */
@@ -231,7 +242,10 @@ export async function putToolCredentials(ctx: Ctx, slug: string, scope: InstallS
   const known = new Set(fields.map((f) => f.name));
   const unknown = Object.keys(values).filter((f) => !known.has(f));
   if (unknown.length)
-    throw errors.invalid(`unknown credential field(s) for ${slug}: ${unknown.join(', ')}; it takes ${[...known].join(', ') || 'none'}`, unknown.map((f) => ({ path: f, message: 'not a credential field of this tool' })));
+    throw errors.invalid(
+      `unknown credential field(s) for ${slug}: ${unknown.join(', ')}; it takes ${[...known].join(', ') || 'none'}`,
+      unknown.map((f) => ({ path: f, message: 'not a credential field of this tool' })),
+    );
   if (!Object.keys(values).length) throw errors.invalid('send at least one credential field');
   const owner = ownerOf(ctx, scope);
   const org = ctx.principal.orgId!;
@@ -241,7 +255,13 @@ export async function putToolCredentials(ctx: Ctx, slug: string, scope: InstallS
     const sealed = encrypt(credentialsKey(ctx.deps), JSON.stringify(merged), credentialsAad(org, owner, key));
     const now = nowIso();
     const names = JSON.stringify(Object.keys(merged).sort());
-    if (existing) await repo.updateCredentials(tx, existing.id, { fields: names, values_ciphertext: sealed, updated_by_user_id: ctx.principal.userId, updated_at: now });
+    if (existing)
+      await repo.updateCredentials(tx, existing.id, {
+        fields: names,
+        values_ciphertext: sealed,
+        updated_by_user_id: ctx.principal.userId,
+        updated_at: now,
+      });
     else {
       try {
         await repo.insertCredentials(tx, {

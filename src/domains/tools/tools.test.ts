@@ -59,7 +59,13 @@ function catalogFile(apiUrl: string): string {
         type: 'http',
         method: 'GET',
         url: `${apiUrl}/probe/fields`,
-        headers: { 'X-A': '{{credentials.fa}}', 'X-B': '{{credentials.fb}}', 'X-C': '{{credentials.fc}}', 'X-D': '{{credentials.fd}}', 'X-E': '{{credentials.accessToken}}' },
+        headers: {
+          'X-A': '{{credentials.fa}}',
+          'X-B': '{{credentials.fb}}',
+          'X-C': '{{credentials.fc}}',
+          'X-D': '{{credentials.fd}}',
+          'X-E': '{{credentials.accessToken}}',
+        },
       },
     } as never,
   );
@@ -74,7 +80,13 @@ async function call(actor: Actor | { headers: Record<string, string> } | null, m
   return res;
 }
 
-async function ok(actor: Actor | { headers: Record<string, string> }, method: 'GET' | 'POST' | 'DELETE', url: string, payload?: unknown, status = 200) {
+async function ok(
+  actor: Actor | { headers: Record<string, string> },
+  method: 'GET' | 'POST' | 'DELETE',
+  url: string,
+  payload?: unknown,
+  status = 200,
+) {
   const res = await call(actor, method, url, payload);
   expect(res.statusCode, res.body).toBe(status);
   return res.body ? json(res).data : null;
@@ -126,7 +138,16 @@ describe('the catalogue', () => {
     expect(res.statusCode, res.body).toBe(200);
     const tools = json(res).data as Record<string, any>[];
     const slugs = tools.map((t) => t.slug);
-    for (const s of ['web_search', 'http_request', 'github_list_issues', 'github_create_issue', 'slack_post_message', 'notion_search', 'openweathermap_current', 'resend_send_email'])
+    for (const s of [
+      'web_search',
+      'http_request',
+      'github_list_issues',
+      'github_create_issue',
+      'slack_post_message',
+      'notion_search',
+      'openweathermap_current',
+      'resend_send_email',
+    ])
       expect(slugs).toContain(s);
     expect(slugs).toEqual([...slugs].sort());
     const gh = tools.find((t) => t.slug === 'github_create_issue')!;
@@ -137,7 +158,11 @@ describe('the catalogue', () => {
     const owm = tools.find((t) => t.slug === 'openweathermap_current')!;
     expect(owm.credentials).toEqual([expect.objectContaining({ name: 'apiKey', required: true, oauth: false })]);
     expect(owm.installed).toEqual({ user: false, organization: false });
-    expect(tools.find((t) => t.slug === 'web_search')!).toMatchObject({ available: true, unavailableReason: null, execution: { type: 'builtin', hosts: [] } });
+    expect(tools.find((t) => t.slug === 'web_search')!).toMatchObject({
+      available: true,
+      unavailableReason: null,
+      execution: { type: 'builtin', hosts: [] },
+    });
   });
 
   it('searches by words and category, and pages with a cursor', async () => {
@@ -185,10 +210,12 @@ describe('the catalogue', () => {
     const hostFromArg = await bad({ type: 'http', method: 'GET', url: 'https://{{args.host}}/x' });
     expect(hostFromArg).toContain('HANGAR_TOOLS_CATALOG_FILE');
     expect(hostFromArg).toContain('evil_tool');
-    expect(await bad({ type: 'http', method: 'GET', url: 'https://api.example.com/{{credentials.apiKey}}' }, { credentials: [{ name: 'apiKey' }] })).toContain(
-      'credentials may not go into the URL path',
+    expect(
+      await bad({ type: 'http', method: 'GET', url: 'https://api.example.com/{{credentials.apiKey}}' }, { credentials: [{ name: 'apiKey' }] }),
+    ).toContain('credentials may not go into the URL path');
+    expect(await bad({ type: 'http', method: 'GET', url: 'https://api.example.com/x', headers: { A: '{{env.HOME}}' } })).toContain(
+      'unknown placeholder',
     );
-    expect(await bad({ type: 'http', method: 'GET', url: 'https://api.example.com/x', headers: { A: '{{env.HOME}}' } })).toContain('unknown placeholder');
     expect(await bad({ type: 'http', method: 'GET', url: 'https://api.example.com/x', headers: { A: '{{credentials.token}}' } })).toContain(
       'not a declared credential field',
     );
@@ -208,7 +235,7 @@ describe('installs', () => {
     await expectActivity(h, member, { eventType: 'tool.installed', resourceType: 'tool', resourceId: 'notion_search' });
     expect((await call(member, 'DELETE', '/v1/tools/notion_search/install')).statusCode).toBe(204);
     expectError(await call(member, 'DELETE', '/v1/tools/notion_search/install'), 404, 'not_found');
-    await expectActivity(h, member, { eventType: 'tool.uninstalled', resourceId: 'notion_search' });
+    await expectActivity(h, member, { eventType: 'tool.uninstalled', resourceType: 'tool', resourceId: 'notion_search' });
   });
 
   it('organization-wide installs need tools:admin, which members cannot hold', async () => {
@@ -223,7 +250,11 @@ describe('installs', () => {
 
   it('installing an unknown tool is a 404, and a tool that is not installed does not run', async () => {
     expectError(await call(member, 'POST', '/v1/tools/nope_tool/install', {}), 404, 'not_found');
-    const err = expectError(await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { city: 'Paris' } }), 409, 'tool_not_installed');
+    const err = expectError(
+      await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { city: 'Paris' } }),
+      409,
+      'tool_not_installed',
+    );
     expect(err.message).toContain('/v1/tools/openweathermap_current/install');
   });
 });
@@ -234,14 +265,23 @@ describe('stored credentials', () => {
   });
 
   it('stores fields encrypted, shows names only, refuses unknown fields and deletes', async () => {
-    const bad = expectError(await call(member, 'POST', '/v1/tools/openweathermap_current/credentials', { apiKey: 'x', password: 'y' }), 400, 'invalid_request');
+    const bad = expectError(
+      await call(member, 'POST', '/v1/tools/openweathermap_current/credentials', { apiKey: 'x', password: 'y' }),
+      400,
+      'invalid_request',
+    );
     expect(bad.message).toContain('password');
     expect((await ok(member, 'GET', '/v1/tools/openweathermap_current/credentials')).stored).toBe(false);
     const stored = await ok(member, 'POST', '/v1/tools/openweathermap_current/credentials', { apiKey: OWM_KEY });
     expect(stored).toMatchObject({ stored: true, fields: ['apiKey'], missingRequired: [], scope: 'user' });
     const row = await h.deps.db.kysely.selectFrom('tool_credentials').selectAll().where('user_id', '=', member.userId).executeTakeFirstOrThrow();
     expect(row.values_ciphertext).not.toContain(OWM_KEY);
-    await expectActivity(h, member, { eventType: 'tool.credentials.updated', resourceId: 'openweathermap_current', metadata: { fields: ['apiKey'] } });
+    await expectActivity(h, member, {
+      eventType: 'tool.credentials.updated',
+      resourceType: 'tool',
+      resourceId: 'openweathermap_current',
+      metadata: { fields: ['apiKey'] },
+    });
     // The admin sees nothing of the member's own credentials.
     expect((await ok(admin, 'GET', '/v1/tools/openweathermap_current/credentials')).stored).toBe(false);
   });
@@ -260,27 +300,46 @@ describe('execution', () => {
   it('runs an installed HTTP tool with stored credentials and records it', async () => {
     const before = api.requests.length;
     const out = await execute(member, 'openweathermap_current', { arguments: { city: 'Paris', units: 'metric' } });
-    expect(out, JSON.stringify(out)).toMatchObject({ status: 'completed', error: null, credentialSources: { apiKey: 'stored' }, httpStatus: 200, connection: null });
+    expect(out, JSON.stringify(out)).toMatchObject({
+      status: 'completed',
+      error: null,
+      credentialSources: { apiKey: 'stored' },
+      httpStatus: 200,
+      connection: null,
+    });
     expect(out.output.name).toBe('Paris');
     const sent = api.requests.slice(before).find((r) => r.path === '/data/2.5/weather')!;
     expect(sent.query).toMatchObject({ q: 'Paris', units: 'metric', appid: OWM_KEY });
     const rec = await h.deps.db.kysely.selectFrom('tool_executions').selectAll().where('id', '=', out.id).executeTakeFirstOrThrow();
     expect(rec).toMatchObject({ tool: 'openweathermap_current', via: 'api', status: 'completed', run_id: null, user_id: member.userId });
     expect(JSON.parse(rec.credential_sources!)).toEqual({ apiKey: 'stored' });
-    await expectActivity(h, member, { eventType: 'tool.call.completed', resourceType: 'tool', resourceId: 'openweathermap_current', metadata: { executionId: out.id } });
+    await expectActivity(h, member, {
+      eventType: 'tool.call.completed',
+      resourceType: 'tool',
+      resourceId: 'openweathermap_current',
+      metadata: { executionId: out.id },
+    });
   });
 
   it("a provider's error is a failed execution with its message, not a 5xx", async () => {
     const out = await execute(member, 'openweathermap_current', { arguments: { city: 'Atlantis' } });
     expect(out).toMatchObject({ status: 'failed', httpStatus: 404, error: { code: 'tool_http_error' } });
     expect(out.error.message).toContain('city not found');
-    await expectActivity(h, member, { eventType: 'tool.call.failed', resourceId: 'openweathermap_current' });
+    await expectActivity(h, member, { eventType: 'tool.call.failed', resourceType: 'tool', resourceId: 'openweathermap_current' });
   });
 
   it('arguments that do not match the schema are a 400 naming the problem', async () => {
-    const err = expectError(await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { town: 'Paris' } }), 400, 'invalid_request');
+    const err = expectError(
+      await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { town: 'Paris' } }),
+      400,
+      'invalid_request',
+    );
     expect(err.message).toMatch(/city|town/);
-    expectError(await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { city: 'Paris' }, surprise: 1 }), 400, 'invalid_request');
+    expectError(
+      await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { city: 'Paris' }, surprise: 1 }),
+      400,
+      'invalid_request',
+    );
     expectError(
       await call(member, 'POST', '/v1/tools/openweathermap_current/execute', { arguments: { city: 'Paris' }, credentials: { password: 'x' } }),
       400,
@@ -300,21 +359,45 @@ describe('execution', () => {
     await ok(admin, 'POST', '/v1/tools/github_list_issues/install', {}, 201);
     await ok(admin, 'POST', '/v1/tools/github_create_issue/install', {}, 201);
     const none = await execute(admin, 'github_list_issues', { arguments: { owner: 'acme', repo: 'app' } });
-    expect(none).toMatchObject({ status: 'failed', error: { code: 'credentials_missing', missingFields: ['accessToken'], connect: { provider: 'github', startUrl: `${AUTH_URL}/v1/oauth/start/github` } } });
+    expect(none).toMatchObject({
+      status: 'failed',
+      error: {
+        code: 'credentials_missing',
+        missingFields: ['accessToken'],
+        connect: { provider: 'github', startUrl: `${AUTH_URL}/v1/oauth/start/github` },
+      },
+    });
 
     const personal = await connect(admin, ALICE);
     const work = await connect(admin, ALICE_WORK);
-    const created = await execute(admin, 'github_create_issue', { arguments: { owner: 'acme', repo: 'app', title: 'Broken build', labels: ['bug'] } });
-    expect(created, JSON.stringify(created)).toMatchObject({ status: 'completed', credentialSources: { accessToken: 'oauth' }, connection: { id: personal, accountId: ALICE.id } });
+    const created = await execute(admin, 'github_create_issue', {
+      arguments: { owner: 'acme', repo: 'app', title: 'Broken build', labels: ['bug'] },
+    });
+    expect(created, JSON.stringify(created)).toMatchObject({
+      status: 'completed',
+      credentialSources: { accessToken: 'oauth' },
+      connection: { id: personal, accountId: ALICE.id },
+    });
     expect(created.output).toMatchObject({ title: 'Broken build', number: expect.any(Number) });
     const listed = await execute(admin, 'github_list_issues', { arguments: { owner: 'acme', repo: 'app' }, oauth: { account: 'alice@work.test' } });
     expect(listed).toMatchObject({ status: 'completed', connection: { id: work, accountId: ALICE_WORK.id } });
     expect((listed.output as { title: string }[]).map((i) => i.title)).toContain('Broken build');
-    const unknown = await execute(admin, 'github_list_issues', { arguments: { owner: 'acme', repo: 'app' }, oauth: { account: 'nobody@example.test' } });
+    const unknown = await execute(admin, 'github_list_issues', {
+      arguments: { owner: 'acme', repo: 'app' },
+      oauth: { account: 'nobody@example.test' },
+    });
     expect(unknown).toMatchObject({ status: 'failed', error: { code: 'credentials_missing', connect: { provider: 'github' } } });
     expect(unknown.error.message).toContain('nobody@example.test');
     // A key without connections:use may not act through connected accounts, and is told why.
-    const limited = { headers: { 'x-api-key': await keyFor(h, admin, ALL_SCOPES.filter((s) => s !== 'connections:use')) } };
+    const limited = {
+      headers: {
+        'x-api-key': await keyFor(
+          h,
+          admin,
+          ALL_SCOPES.filter((s) => s !== 'connections:use'),
+        ),
+      },
+    };
     const refused = await execute(limited, 'github_list_issues', { arguments: { owner: 'acme', repo: 'app' } });
     expect(refused).toMatchObject({ status: 'failed', error: { code: 'credentials_missing' } });
     expect(refused.error.message).toContain('connections:use');
@@ -331,7 +414,9 @@ describe('execution', () => {
 
   it('http_request reaches a public-looking URL here (private networks allowed for the fakes), with no credentials attached', async () => {
     await ok(member, 'POST', '/v1/tools/http_request/install', {}, 201);
-    const out = await execute(member, 'http_request', { arguments: { method: 'POST', url: `${api.url}/probe/echo?x=1`, body: '{"a":1}', headers: { 'content-type': 'application/json' } } });
+    const out = await execute(member, 'http_request', {
+      arguments: { method: 'POST', url: `${api.url}/probe/echo?x=1`, body: '{"a":1}', headers: { 'content-type': 'application/json' } },
+    });
     expect(out, JSON.stringify(out)).toMatchObject({ status: 'completed', httpStatus: 200 });
     expect(out.output.body).toMatchObject({ method: 'POST', path: '/probe/echo', body: { a: 1 } });
     expect(out.output.body.headers.authorization).toBeUndefined();
@@ -363,7 +448,7 @@ describe('the credential chain', () => {
       const actor = on('oauth') ? connected : unconnected;
       if (on('stored')) await ok(actor, 'POST', '/v1/tools/probe_chain/credentials', { accessToken: 'stored-val' });
       else await call(actor, 'DELETE', '/v1/tools/probe_chain/credentials');
-      if (on('secret')) await ok(actor, 'POST', '/v1/secrets', { name: 'ACCESSTOKEN', value: 'secret-val', scope: 'user' }, undefined as never);
+      if (on('secret')) expect([200, 201]).toContain((await call(actor, 'POST', '/v1/secrets', { name: 'ACCESSTOKEN', value: 'secret-val', scope: 'user' })).statusCode);
       else await call(actor, 'DELETE', '/v1/secrets/ACCESSTOKEN?scope=user');
       const before = api.requests.length;
       const out = await execute(actor, 'probe_chain', {
@@ -373,7 +458,10 @@ describe('the credential chain', () => {
       const expected = STEPS.find(on);
       const label = `mask ${mask.toString(2).padStart(5, '0')}`;
       if (!expected) {
-        expect(out, label).toMatchObject({ status: 'failed', error: { code: 'credentials_missing', missingFields: ['accessToken'], connect: { provider: 'github' } } });
+        expect(out, label).toMatchObject({
+          status: 'failed',
+          error: { code: 'credentials_missing', missingFields: ['accessToken'], connect: { provider: 'github' } },
+        });
         expect(api.requests.length, label).toBe(before);
         continue;
       }
@@ -381,17 +469,24 @@ describe('the credential chain', () => {
       const values = { request: 'request-val', override: 'override-val', stored: 'stored-val', secret: 'secret-val' } as Record<string, string>;
       if (expected === 'oauth') {
         expect(lastAuth(), label).toMatch(/^Bearer .{10,}/);
-        expect(Object.values(values).map((v) => `Bearer ${v}`), label).not.toContain(lastAuth());
+        expect(
+          Object.values(values).map((v) => `Bearer ${v}`),
+          label,
+        ).not.toContain(lastAuth());
       } else expect(lastAuth(), label).toBe(`Bearer ${values[expected]}`);
     }
   });
 
   it('each step fills only the fields still missing', async () => {
     const actor = connected;
+    await call(actor, 'DELETE', '/v1/secrets/ACCESSTOKEN?scope=user');
     await ok(actor, 'POST', '/v1/tools/probe_fields/credentials', { fa: 'stored-a', fc: 'stored-val' });
     await ok(actor, 'POST', '/v1/secrets', { name: 'FD', value: 'secret-val', scope: 'user' }, 201);
     await ok(actor, 'POST', '/v1/secrets', { name: 'FC', value: 'secret-c', scope: 'user' }, 201);
-    const out = await execute(actor, 'probe_fields', { credentials: { fa: 'request-a' }, credentialOverrides: { fb: 'OVR_SECRET', fa: 'OVR_SECRET' } });
+    const out = await execute(actor, 'probe_fields', {
+      credentials: { fa: 'request-a' },
+      credentialOverrides: { fb: 'OVR_SECRET', fa: 'OVR_SECRET' },
+    });
     expect(out, JSON.stringify(out)).toMatchObject({
       status: 'completed',
       credentialSources: { fa: 'request', fb: 'override', fc: 'stored', fd: 'secret', accessToken: 'oauth' },
@@ -445,7 +540,12 @@ describe('the egress guard on tool requests', () => {
       'http://192.168.1.1/',
       'http://[fd00::1]/',
     ]) {
-      const res = await guarded.app.inject({ method: 'POST', url: '/v1/tools/http_request/execute', headers: user.headers, payload: { arguments: { url } } });
+      const res = await guarded.app.inject({
+        method: 'POST',
+        url: '/v1/tools/http_request/execute',
+        headers: user.headers,
+        payload: { arguments: { url } },
+      });
       expect(res.statusCode, res.body).toBe(200);
       const out = json(res).data;
       expect(out.status, url).toBe('failed');
