@@ -1,6 +1,6 @@
 /**
  * Plans a template from the package builder (`os`, `runtimes`, `apt`, `npm`, `pip`, `env`): checks every
- * entry and turns them into apt, npm and pip steps for the distribution it is built on. Pure: no I/O.
+ * entry and turns them into apt (apk on Alpine), npm and pip steps for the distribution it is built on. Pure: no I/O.
  */
 import { errors } from '../../platform/http/errors.js';
 import {
@@ -30,6 +30,7 @@ export interface BuilderInput {
 const MAX_PACKAGES = 200;
 const MAX_RUNTIMES = 16;
 const APT_PACKAGE = /^[a-z0-9][a-z0-9+.-]+(?:=[A-Za-z0-9.+~:-]+)?$/;
+const APK_PACKAGE = /^[a-z0-9][a-z0-9_+.-]*(?:[=~]?=[A-Za-z0-9._+-]+)?$/;
 const NPM_NAME = /^(?:@[a-z0-9][a-z0-9._-]*\/)?[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const NPM_RANGE = /^[A-Za-z0-9.^~<>=*|+ _-]+$/;
 // npm and pip install a local file when the argument looks like an archive, whatever else it says.
@@ -62,22 +63,47 @@ const RUNTIME_ALIASES: Record<string, string> = {
 };
 const RUNTIME_NAMES = ['python', 'node', 'nodejs', 'go', 'golang', 'java', 'ruby', 'rust'];
 
-/** What each distribution's own packages give (the release pocket plus -updates), per runtime. */
-const DISTRO_RUNTIMES: Record<string, { label: string; versions: Record<string, string>; packages: Record<string, string[]> }> = {
+interface Distro {
+  label: string;
+  /** apt (Debian, Ubuntu) or apk (Alpine): how the system packages of a template are installed. */
+  manager: 'apt' | 'apk';
+  versions: Record<string, string>;
+  packages: Record<string, string[]>;
+}
+
+/** What each distribution's own packages give (the release pocket plus -updates; Alpine's main and community), per runtime. */
+const DISTRO_RUNTIMES: Record<string, Distro> = {
   'debian-12': {
     label: 'Debian 12',
+    manager: 'apt',
     versions: { python: '3.11', node: '18', go: '1.19', java: '17', ruby: '3.1', rust: '1.63' },
     packages: { java: ['openjdk-17-jdk-headless'], rust: ['rustc', 'cargo'] },
   },
   'ubuntu-22.04': {
     label: 'Ubuntu 22.04',
+    manager: 'apt',
     versions: { python: '3.10', node: '12', go: '1.18', java: '17', ruby: '3.0', rust: '1.75' },
     packages: { java: ['openjdk-17-jdk-headless'], rust: ['rustc', 'cargo'] },
   },
   'ubuntu-24.04': {
     label: 'Ubuntu 24.04',
+    manager: 'apt',
     versions: { python: '3.12', node: '18', go: '1.22', java: '21', ruby: '3.2', rust: '1.75' },
     packages: { java: ['openjdk-21-jdk-headless'], rust: ['rustc', 'cargo'] },
+  },
+  // Alpine 3.19's own packages (venv is part of python3 there); go and openjdk17 come from community.
+  'alpine-3.19': {
+    label: 'Alpine 3.19',
+    manager: 'apk',
+    versions: { python: '3.11', node: '20', go: '1.21', java: '17', ruby: '3.2', rust: '1.72' },
+    packages: {
+      python: ['python3', 'py3-pip'],
+      node: ['nodejs', 'npm'],
+      go: ['go'],
+      java: ['openjdk17-jdk'],
+      ruby: ['ruby'],
+      rust: ['rust', 'cargo'],
+    },
   },
 };
 const COMMON_PACKAGES: Record<string, string[]> = {
@@ -147,6 +173,15 @@ function packageList(value: unknown, field: string, what: string, check: (item: 
     check(item, `${field}[${i}]`);
   });
   return dedupe(value as string[]);
+}
+
+function checkApk(name: string, field: string): void {
+  if (!APK_PACKAGE.test(name) || name.length > MAX_NAME_CHARS) {
+    throw errors.invalidField(
+      field,
+      `"${name}" is not an Alpine package name (lowercase letters, digits, "_", "+", "-" and "." starting with a letter or digit, optionally "=version"); on alpine-3.19 these are installed with apk`,
+    );
+  }
 }
 
 function checkApt(name: string, field: string): void {
@@ -249,21 +284,29 @@ export function planFromBuilder(input: BuilderInput, base: BuildBase, hostNodeVe
     });
   }
 
-  const apt = packageList(input.apt, 'apt', 'Debian package names', checkApt);
+  const apk = base.kind === 'image' && DISTRO_RUNTIMES[base.os]!.manager === 'apk';
+  const apt = apk ? packageList(input.apt, 'apt', 'Alpine package names', checkApk) : packageList(input.apt, 'apt', 'Debian package names', checkApt);
   const npm = packageList(input.npm, 'npm', 'npm package names', checkNpm);
   const pip = packageList(input.pip, 'pip', 'PyPI requirements', checkPip);
   const env = validateEnv(input.env);
 
   const runtimePackages = dedupe(runtimes.flatMap((r) => r.packages));
   // pip needs python3-pip (the base layer may have python3 without it); on an OS image npm needs npm (with nodejs).
-  const pipSupport = pip.length > 0 && !runtimePackages.includes('python3-pip') ? ['python3-pip'] : [];
+  const pipPackage = apk ? 'py3-pip' : 'python3-pip';
+  const pipSupport = pip.length > 0 && !runtimePackages.includes(pipPackage) ? [pipPackage] : [];
   const npmSupport = base.kind === 'image' && npm.length > 0 && !runtimePackages.includes('npm') ? ['npm'] : [];
   const extraApt = dedupe([...pipSupport, ...npmSupport, ...apt]).filter((p) => !runtimePackages.includes(p));
   const aptPackages = [...runtimePackages, ...extraApt];
 
   const head = Object.entries(env).map(([k, v]) => exportLine(k, v));
   const steps: BuildStep[] = [];
-  if (aptPackages.length > 0) {
+  if (aptPackages.length > 0 && apk) {
+    steps.push({
+      kind: 'run',
+      title: truncate(`apk add ${aptPackages.join(' ')}`, TITLE_CHARS),
+      script: [...head, `apk add --no-cache --no-progress ${aptPackages.map(shellQuote).join(' ')}`].join('\n'),
+    });
+  } else if (aptPackages.length > 0) {
     const list = aptPackages.map(shellQuote).join(' ');
     steps.push({
       kind: 'run',

@@ -4,12 +4,16 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { signedIndex, testKey } from '../../../test/apk-archives.js';
 import { expectError } from '../../../test/helpers.js';
 import { describeNeeding } from '../../../test/needs.js';
 
 // Templates on real OS images (ADR 0022). debian-12 is built for real from Debian's mirror (deb.debian.org is
 // reachable from CI) with mmdebstrap; the image lands in HANGAR_SANDBOX_DIR/images and later runs on the same
-// machine reuse it, so only the first run pays its 1-3 minutes.
+// machine reuse it, so only the first run pays its 1-3 minutes. alpine-3.19 is never built for real here: no Alpine
+// mirror is reachable from the machines these tests run on (and Debian has no apk-tools). What is tested is what
+// stands before apk.static runs: the unreachable mirror, and a mirror whose index does not verify against the
+// shipped Alpine keys (the format checks themselves are in src/platform/sandboxes/apk.test.ts).
 
 const mmdebstrap = (() => {
   try {
@@ -149,12 +153,10 @@ describeNeeding(need, 'templates on a debian-12 image built from the real mirror
     expect(error.message).toContain('Debian 12 provides python 3.11');
   });
 
-  it('refuses alpine-3.19 with 501 and the reason, and an unknown os with 400', async () => {
-    const alpine = expectError(await api.call('POST', '/v1/templates', { slug: 'alp', name: 'x', os: 'alpine-3.19' }), 501, 'not_implemented');
-    expect(alpine.message).toContain('alpine-3.19');
+  it('refuses an unknown os with 400, naming the known ones', async () => {
     const unknown = expectError(await api.call('POST', '/v1/templates', { slug: 'win', name: 'x', os: 'windows' }), 400, 'invalid_request');
     expect(unknown.message).toContain('use one of ubuntu-22.04, ubuntu-24.04, debian-12, alpine-3.19');
-    expect((await api.call('GET', '/v1/templates/alp')).statusCode).toBe(404);
+    expect((await api.call('GET', '/v1/templates/win')).statusCode).toBe(404);
   });
 });
 
@@ -206,7 +208,11 @@ describe('unreachable mirrors and the default os', () => {
   beforeAll(async () => {
     port = await closedPort();
     // Debian's mirror is a closed loopback port here: a different mirror is a different image, so nothing cached applies.
-    h = await createHarness({ HANGAR_MIRROR_DEBIAN: `http://127.0.0.1:${port}/debian`, HANGAR_MIRROR_UBUNTU: `http://127.0.0.1:${port}/ubuntu` });
+    h = await createHarness({
+      HANGAR_MIRROR_DEBIAN: `http://127.0.0.1:${port}/debian`,
+      HANGAR_MIRROR_UBUNTU: `http://127.0.0.1:${port}/ubuntu`,
+      HANGAR_MIRROR_ALPINE: `http://127.0.0.1:${port}/alpine`,
+    });
     admin = await createOrgAdmin(h);
     api = client(h, admin);
   });
@@ -220,6 +226,16 @@ describe('unreachable mirrors and the default os', () => {
     const expected = `the package mirror of debian-12 is unreachable from this server: http://127.0.0.1:${port}/debian/dists/bookworm/InRelease cannot be reached (ECONNREFUSED); the operator sets it with HANGAR_MIRROR_DEBIAN`;
     expect(t.error).toBe(expected);
     expect(await api.log('deb-offline')).toContain(`error: ${expected}`);
+  });
+
+  it('accepts alpine-3.19 and fails its build when Alpine’s mirror is unreachable, naming HANGAR_MIRROR_ALPINE', async () => {
+    const res = await api.call('POST', '/v1/templates', { slug: 'alp-offline', name: 'x', os: 'alpine-3.19', apt: ['jq'] });
+    expect(res.statusCode, res.body).toBe(201);
+    const t = await api.waitForBuild('alp-offline', 60_000);
+    expect(t).toMatchObject({ status: 'failed', os: 'alpine-3.19', osImage: true, packages: { apt: ['jq'], npm: [], pip: [] } });
+    const expected = `the package mirror of alpine-3.19 is unreachable from this server: http://127.0.0.1:${port}/alpine/v3.19/main/x86_64/APKINDEX.tar.gz cannot be reached (ECONNREFUSED); the operator sets it with HANGAR_MIRROR_ALPINE`;
+    expect(t.error).toBe(expected);
+    expect(await api.log('alp-offline')).toContain(`error: ${expected}`);
   });
 
   it('leaving os out builds on this server’s userland when ubuntu-24.04 is not available, and the template says why', async () => {
@@ -273,4 +289,51 @@ describe('the default os where Ubuntu’s mirror answers', () => {
     // mmdebstrap really asked the mirror for the suite's signed release file.
     expect(requests.some((r) => r.startsWith('GET /ubuntu/dists/noble/'))).toBe(true);
   }, 150_000);
+});
+
+describe('an Alpine mirror whose index is not signed by Alpine', () => {
+  let h: Harness;
+  let api: ReturnType<typeof client>;
+  let mirror: http.Server;
+  let base: string;
+  const requests: string[] = [];
+  // Signed with a key made here, under the name of one of Alpine's keys: only the shipped key's check can tell.
+  const impostor = testKey('alpine-devel@lists.alpinelinux.org-6165ee59.rsa.pub');
+  const index = signedIndex([{ name: 'apk-tools-static', version: '2.14.4-r0', checksum: 'Q1AAAAAAAAAAAAAAAAAAAAAAAAAAA=' }], impostor);
+
+  beforeAll(async () => {
+    mirror = http.createServer((req, res) => {
+      requests.push(`${req.method} ${req.url}`);
+      if (req.url !== '/alpine/v3.19/main/x86_64/APKINDEX.tar.gz') return void res.writeHead(404).end();
+      res.writeHead(200, { 'content-length': index.length }).end(req.method === 'HEAD' ? undefined : index);
+    });
+    await new Promise<void>((resolve) => mirror.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(mirror.address() as AddressInfo).port}/alpine`;
+    h = await createHarness({ HANGAR_MIRROR_ALPINE: base });
+    api = client(h, await createOrgAdmin(h));
+  });
+  afterAll(async () => {
+    await h?.close();
+    await new Promise((resolve) => mirror.close(resolve));
+  });
+
+  it('fails the build before anything from the mirror runs, saying the index does not verify', async () => {
+    const res = await api.call('POST', '/v1/templates', {
+      slug: 'alp-forged',
+      name: 'x',
+      os: 'alpine-3.19',
+      runtimes: [{ name: 'python', version: '3.11' }],
+    });
+    expect(res.statusCode, res.body).toBe(201);
+    const t = await api.waitForBuild('alp-forged', 60_000);
+    expect(t.status).toBe('failed');
+    expect(t.error).toBe(
+      `the package mirror of alpine-3.19 failed verification against Alpine's signing keys: ${base}/v3.19/main/x86_64/APKINDEX.tar.gz does not match its signature by alpine-devel@lists.alpinelinux.org-6165ee59.rsa.pub: it was altered or damaged; the operator sets it with HANGAR_MIRROR_ALPINE`,
+    );
+    // The package the forged index names was never fetched.
+    expect(requests).toEqual(['HEAD /alpine/v3.19/main/x86_64/APKINDEX.tar.gz', 'GET /alpine/v3.19/main/x86_64/APKINDEX.tar.gz']);
+    const log = await api.log('alp-forged');
+    expect(log).toContain(`==> Building the alpine-3.19 image from ${base}`);
+    expect(log).not.toContain('signature verified');
+  });
 });

@@ -63,7 +63,7 @@ describe('planFromBuilder: os', () => {
   it('says not implemented when the host itself has no package catalogue', () => {
     const err = rejection(() => planFromBuilder({}, { os: 'ubuntu-24.04', kind: 'host' }, NODE), AppError);
     expect(err.status).toBe(501);
-    expect(rejection(() => planFromBuilder({}, { os: 'alpine-3.19', kind: 'image' }, NODE), AppError).status).toBe(501);
+    expect(rejection(() => planFromBuilder({}, { os: 'alpine-3.19', kind: 'host' }, NODE), AppError).status).toBe(501);
   });
 });
 
@@ -220,8 +220,46 @@ describe('planFromBuilder: on an OS image', () => {
     );
   });
 
-  it('says not implemented for alpine-3.19 (no image is built for it)', () => {
-    expect(rejection(() => on('alpine-3.19', {}), AppError).status).toBe(501);
+  it('installs runtimes on alpine-3.19 with apk, from Alpine’s own packages', () => {
+    const plan = on('alpine-3.19', {
+      runtimes: ['python', 'node', 'go', 'java', 'ruby', 'rust'].map((name) => ({ name, version: 'latest' })),
+      env: { A: '1' },
+    });
+    expect(plan.summary.runtimes.map((r) => `${r.name} ${r.version}`)).toEqual([
+      'python 3.11',
+      'node 20',
+      'go 1.21',
+      'java 17',
+      'ruby 3.2',
+      'rust 1.72',
+    ]);
+    expect(plan.steps).toEqual([
+      {
+        kind: 'run',
+        title: 'apk add python3 py3-pip nodejs npm go openjdk17-jdk ruby rust cargo',
+        script: "export A='1'\napk add --no-cache --no-progress python3 py3-pip nodejs npm go openjdk17-jdk ruby rust cargo",
+      },
+    ]);
+    const err = rejection(() => on('alpine-3.19', { runtimes: [{ name: 'python', version: '3.12' }] }), AppError);
+    expect(err.message).toContain('Alpine 3.19 provides python 3.11');
+  });
+
+  it('on alpine-3.19, `apt` names Alpine packages (apk), and pip brings py3-pip', () => {
+    const plan = on('alpine-3.19', {
+      apt: ['build-base', 'musl-dev', 'libstdc++', 'py3_odd', 'curl=8.5.0-r0'],
+      pip: ['requests'],
+      npm: ['left-pad'],
+    });
+    expect(plan.summary.apt).toEqual(['py3-pip', 'npm', 'build-base', 'musl-dev', 'libstdc++', 'py3_odd', 'curl=8.5.0-r0']);
+    expect(plan.steps.map((st) => st.title)).toEqual([
+      'apk add py3-pip npm build-base musl-dev libstdc++ py3_odd curl=8.5.0-r0',
+      'npm install -g left-pad',
+      'pip install requests',
+    ]);
+    expect(plan.steps[2].script).toBe('python3 -m pip install --no-cache-dir --break-system-packages --root-user-action=ignore requests');
+    const err = rejection(() => on('alpine-3.19', { apt: ['--allow-untrusted'] }), AppError);
+    expect(err.status).toBe(400);
+    expect(err.message).toContain('is not an Alpine package name');
   });
 });
 

@@ -16,14 +16,18 @@ export const CreateTemplateBody = z
       .optional()
       .describe(
         'ubuntu-22.04, ubuntu-24.04, debian-12 or alpine-3.19: the template is built on an image of that distribution, made from the ' +
-          'mirror the operator configured (a build whose mirror is unreachable fails with the reason; alpine-3.19 answers 501). ' +
+          'mirror the operator configured with its signatures verified (a build whose mirror is unreachable fails with the reason). ' +
           'Default: ubuntu-24.04 when its image can be built here, else this server’s own userland (the template’s `os` and `osImage` say which)',
       ),
     runtimes: z
       .array(z.object({ name: z.string().min(1).max(40), version: z.string().min(1).max(40) }).strict())
       .max(20)
       .optional(),
-    apt: z.array(z.string().min(1).max(200)).max(200).optional(),
+    apt: z
+      .array(z.string().min(1).max(200))
+      .max(200)
+      .optional()
+      .describe('System packages of the distribution: Debian or Ubuntu package names (apt), or Alpine package names on alpine-3.19 (apk)'),
     npm: z.array(z.string().min(1).max(214)).max(200).optional(),
     pip: z.array(z.string().min(1).max(200)).max(200).optional(),
     env: z.record(z.string(), z.string()).optional(),

@@ -300,7 +300,7 @@ export async function createTemplate(ctx: Ctx, body: CreateTemplateBody): Promis
     if (body.os !== undefined) {
       base = { os: checkOs(body.os), kind: 'image' };
       const refused = await deps.sandboxes.images.buildable(base.os);
-      if (refused) throw base.os.startsWith('alpine') ? errors.notImplemented(`building ${base.os} templates`) : errors.unavailable(refused);
+      if (refused) throw errors.unavailable(refused);
     } else base = await defaultBase(deps);
     const { fallback, ...on } = base;
     plan = planFromBuilder(body, on);

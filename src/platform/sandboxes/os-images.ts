@@ -5,14 +5,16 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { gunzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
+import { ALPINE_KEY_SHA256, ALPINE_KEYS_DIR, type ApkKeys, ApkVerifyError, fetchApkStatic, loadApkKeys, MirrorError } from './apk.js';
 import type { OsImage, OsImageStore } from './types.js';
 
 /**
  * OS images: the bottom layer of templates that name an `os` (ADR 0022). An image is a root filesystem built
  * by the server, with the distribution's own tool and signature checks, from the mirror the operator
  * configured: mmdebstrap for Debian and Ubuntu (apt verifies the mirror's Release file against the archive
- * keyring; Alpine is not built yet, see ALPINE_NOT_BUILT). A tenant only chooses which os; nothing of a template's request reaches
- * the image build.
+ * keyring), apk.static for Alpine (itself taken from the mirror only once the signed index and its own signed
+ * package check out against the Alpine keys shipped in ./alpine-keys, see apk.ts; apk then verifies every package
+ * with the same keys). A tenant only chooses which os; nothing of a template's request reaches the image build.
  *
  * Layout: `<dir>/images/<os>-<mirror hash>/<generation>/{root,usr}` (the same root + /usr split as every
  * layer), shared by every template of that os on the node and by every installation using the folder. A
@@ -61,13 +63,8 @@ export const UBUNTU_ARCHIVE_KEYS = ['F6ECB3762474EDA9D21B7022871920D1991BC93C', 
 
 const execFileP = promisify(execFile);
 
-/**
- * Why alpine-3.19 is refused: its bootstrap tool (apk.static, from the mirror's apk-tools-static package) would
- * run as root on the host, and checking it first (the signed APKINDEX, then the package's control and data
- * hashes) is not written yet. Running it unchecked is not an option.
- */
-export const ALPINE_NOT_BUILT =
-  "alpine-3.19 images are not built by this version of Hangar: the static apk that bootstraps them would run as root on the server, and verifying it against Alpine's signing keys before that is not implemented; use debian-12, ubuntu-22.04 or ubuntu-24.04";
+/** The architecture Alpine images are built for (the only one sandboxes run on). */
+const ALPINE_ARCH = 'x86_64';
 
 /**
  * Where Debian keeps a machine's own certificate authorities (an operator's TLS-intercepting proxy, an internal
@@ -85,6 +82,7 @@ const LOG_LINE_CHARS = 2000;
 export class OsImages implements OsImageStore {
   private readonly probes = new Map<string, { at: number; reason: Promise<string | null> }>();
   private readonly building = new Map<string, Promise<OsImage>>();
+  private alpineKeys: Promise<ApkKeys> | null = null;
 
   constructor(
     private readonly dir: string,
@@ -136,7 +134,12 @@ export class OsImages implements OsImageStore {
 
   async buildable(os: string): Promise<string | null> {
     const d = definition(os);
-    if (d.family === 'alpine') return ALPINE_NOT_BUILT;
+    if (d.family === 'alpine') {
+      return this.trustedAlpineKeys().then(
+        () => null,
+        (err: Error) => `${os} images cannot be built on this server: ${err.message}`,
+      );
+    }
     const keyring = d.family === 'ubuntu' ? this.mirrors.ubuntuKeyring : DEBIAN_KEYRING;
     if (await nonEmptyFile(keyring)) return null;
     if (d.family === 'debian')
@@ -197,6 +200,34 @@ export class OsImages implements OsImageStore {
     return file;
   }
 
+  /** The Alpine keys Hangar ships, checked against their pinned digests (once; a failure is retried). */
+  private trustedAlpineKeys(): Promise<ApkKeys> {
+    this.alpineKeys ??= loadApkKeys(ALPINE_KEYS_DIR, ALPINE_KEY_SHA256).catch((err: Error) => {
+      this.alpineKeys = null;
+      throw err;
+    });
+    return this.alpineKeys;
+  }
+
+  /**
+   * apk.static, written to `dest`: taken from the mirror's apk-tools-static package only once the signed index and
+   * the package check out against the shipped keys (apk.ts). A download that fails reads as an unreachable mirror.
+   */
+  private async alpineTool(os: string, dest: string, log: (line: string) => Promise<void>): Promise<void> {
+    const repository = `${this.mirrors.alpine.replace(/\/+$/, '')}/${definition(os).release}/main`;
+    try {
+      await fetchApkStatic(repository, ALPINE_ARCH, await this.trustedAlpineKeys(), dest, log);
+    } catch (err) {
+      if (err instanceof MirrorError) throw new Error(this.unreachable(os, err.message));
+      if (err instanceof ApkVerifyError) {
+        throw new Error(
+          `the package mirror of ${os} failed verification against Alpine's signing keys: ${err.message}; the operator sets it with ${mirrorSetting(os)}`,
+        );
+      }
+      throw err;
+    }
+  }
+
   /** A probe's failure as the message a template build ends with. */
   unreachable(os: string, reason: string): string {
     return `the package mirror of ${os} is unreachable from this server: ${reason}; the operator sets it with ${mirrorSetting(os)}`;
@@ -215,7 +246,6 @@ export class OsImages implements OsImageStore {
    * is none or a rebuild was asked for. `log` gets the build's output; an unreachable mirror fails fast.
    */
   ensure(os: string, log: (line: string) => Promise<void>, signal?: AbortSignal): Promise<OsImage> {
-    if (definition(os).family === 'alpine') return Promise.reject(new Error(ALPINE_NOT_BUILT));
     const running = this.building.get(os);
     if (running) return running;
     const p = this.ensureLocked(os, log, signal).finally(() => this.building.delete(os));
@@ -235,7 +265,8 @@ export class OsImages implements OsImageStore {
       this.probes.delete(os);
       throw new Error(this.unreachable(os, reason));
     }
-    const keyring = definition(os).family === 'ubuntu' ? await this.ubuntuKeyring(os, log) : DEBIAN_KEYRING;
+    const family = definition(os).family;
+    const keyring = family === 'ubuntu' ? await this.ubuntuKeyring(os, log) : family === 'alpine' ? ALPINE_KEYS_DIR : DEBIAN_KEYRING;
     await fs.mkdir(base, { recursive: true, mode: 0o700 });
     await fs.chmod(path.join(this.dir, 'images'), 0o711).catch(() => undefined);
     await fs.chmod(base, 0o711);
@@ -245,6 +276,8 @@ export class OsImages implements OsImageStore {
       .replace(/\.\d+Z$/, 'Z');
     const tmp = path.join(base, `.tmp-${generation}-${process.pid}`);
     await log(`==> Building the ${os} image from ${this.mirrorOf(os)} (once per node; later builds reuse it)`);
+    // Alpine's bootstrap tool, verified before it runs (as root, like mmdebstrap); removed after the build.
+    const tool = family === 'alpine' ? path.join(base, `.apk.static-${generation}-${process.pid}`) : null;
     // flock: another process (another installation on this host) building the same image makes this wait, and
     // then use what it built.
     const script = buildScript(definition(os));
@@ -259,13 +292,15 @@ export class OsImages implements OsImageStore {
       tmp,
       path.join(base, generation),
       base,
-      ...this.scriptArgs(os, keyring),
+      ...this.scriptArgs(os, keyring, tool),
     ];
     const started = Date.now();
     try {
+      if (tool) await this.alpineTool(os, tool, log);
       await run('flock', args, log, signal);
     } finally {
       await fs.rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+      if (tool) await fs.rm(tool, { force: true }).catch(() => undefined);
     }
     const image = await this.newest(key);
     if (!image) throw new Error(`the ${os} image build ended without an image`);
@@ -274,7 +309,7 @@ export class OsImages implements OsImageStore {
     return image;
   }
 
-  private scriptArgs(os: string, keyring: string): string[] {
+  private scriptArgs(os: string, keyring: string, tool: string | null): string[] {
     const d = definition(os);
     const resolv = '/etc/resolv.conf';
     if (d.family === 'debian') {
@@ -294,7 +329,7 @@ export class OsImages implements OsImageStore {
         `deb ${m} ${d.release}-security ${components}`,
       ];
     }
-    throw new Error(ALPINE_NOT_BUILT);
+    return [resolv, keyring, d.release, tool!, this.mirrors.alpine.replace(/\/+$/, ''), ALPINE_ARCH];
   }
 
   private async newest(key: string): Promise<OsImage | null> {
@@ -328,7 +363,8 @@ function describeFetchError(err: Error): string {
 }
 
 /**
- * `sh -ec SCRIPT build-os-image <tmp> <final> <base> <resolv.conf> <keyring> <release> <sources...>`, run under
+ * `sh -ec SCRIPT build-os-image <tmp> <final> <base> <resolv.conf> <keyring> <release> <sources...>` (Alpine:
+ * `... <keys folder> <branch> <apk.static> <mirror> <arch>`), run under
  * the image's lock. Does nothing when another process finished a generation while this one waited for the lock
  * (and no rebuild is asked for). Builds into <tmp>/rootfs, then splits it into <tmp>/root (with an empty /usr to
  * mount on) and <tmp>/usr, adds what every layer below a sandbox needs (the agent's mount point, DNS, a hostname)
@@ -361,6 +397,22 @@ date -u +%Y-%m-%dT%H:%M:%SZ > .complete
 mv "$tmp" "$final"
 rm -f "$base/REBUILD"
 `;
+  if (d.family === 'alpine') {
+    // <keyring> is the folder of Alpine's keys; then <apk.static> <mirror> <arch>. apk verifies every package it
+    // installs against those keys; the image keeps them (and main + community) for the apk of template builds.
+    return `${common}
+apk=$1; mirror=$2; arch=$3
+[ -x "$apk" ] || { echo "no verified apk.static at $apk" >&2; exit 1; }
+mkdir -p -m 0755 "$tmp/rootfs/etc/apk/keys"
+cp "$keyring"/*.rsa.pub "$tmp/rootfs/etc/apk/keys/"
+printf '%s/%s/main\\n%s/%s/community\\n' "$mirror" "$release" "$mirror" "$release" > "$tmp/rootfs/etc/apk/repositories"
+# The server's own CAs first, so ca-certificates' trigger puts them in the image's bundle.
+if ls ${LOCAL_CAS}/*.crt >/dev/null 2>&1; then mkdir -p "$tmp/rootfs${LOCAL_CAS}"; cp -L ${LOCAL_CAS}/*.crt "$tmp/rootfs${LOCAL_CAS}/"; fi
+"$apk" --root "$tmp/rootfs" --initdb --keys-dir "$keyring" --repository "$mirror/$release/main" --arch "$arch" \\
+  --no-cache --no-progress add alpine-base ca-certificates
+rm -rf "$tmp/rootfs"/var/cache/apk/*
+${finish}`;
+  }
   const keyHelp =
     d.family === 'ubuntu'
       ? "no Ubuntu archive keyring at $keyring: install Ubuntu's archive keyring there (package ubuntu-keyring on Ubuntu) or set HANGAR_UBUNTU_KEYRING, so apt can verify the mirror"
