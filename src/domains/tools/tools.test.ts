@@ -448,7 +448,10 @@ describe('the credential chain', () => {
       const actor = on('oauth') ? connected : unconnected;
       if (on('stored')) await ok(actor, 'POST', '/v1/tools/probe_chain/credentials', { accessToken: 'stored-val' });
       else await call(actor, 'DELETE', '/v1/tools/probe_chain/credentials');
-      if (on('secret')) expect([200, 201]).toContain((await call(actor, 'POST', '/v1/secrets', { name: 'ACCESSTOKEN', value: 'secret-val', scope: 'user' })).statusCode);
+      if (on('secret'))
+        expect([200, 201]).toContain(
+          (await call(actor, 'POST', '/v1/secrets', { name: 'ACCESSTOKEN', value: 'secret-val', scope: 'user' })).statusCode,
+        );
       else await call(actor, 'DELETE', '/v1/secrets/ACCESSTOKEN?scope=user');
       const before = api.requests.length;
       const out = await execute(actor, 'probe_chain', {
