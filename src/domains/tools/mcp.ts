@@ -4,6 +4,7 @@
  * session state outlives a call, and a server's answer is untrusted input: size-capped, time-bounded, and never
  * allowed to echo the caller's header values into an error message.
  */
+import { EgressError } from '../../platform/http/egress.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema, ErrorCode, ListToolsResultSchema, McpError as SdkMcpError } from '@modelcontextprotocol/sdk/types.js';
@@ -187,6 +188,14 @@ function timeoutError(target: McpTarget): McpError {
 /** Maps whatever the SDK, the fetch or the server threw onto the four codes; messages never carry header values. */
 function toMcpError(e: unknown, target: McpTarget): McpError {
   if (e instanceof McpError) return e;
+  // The egress guard refused the request (a private address, a redirect off the origin, a cap): say so plainly.
+  for (let cur: unknown = e, i = 0; cur instanceof Error && i < 5; cur = cur.cause, i++) {
+    if (cur instanceof EgressError) {
+      return cur.code === 'timeout'
+        ? timeoutError(target)
+        : new McpError('mcp_unreachable', `the MCP server could not be reached (${cur.code}: ${cur.message})`);
+    }
+  }
   if (e instanceof StreamableHTTPError) {
     const status = e.code ?? -1;
     if (status === 401 || status === 403) {

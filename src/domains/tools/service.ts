@@ -229,9 +229,14 @@ function requireCredentialScope(ctx: Ctx, scope: InstallScope) {
   if (scope === 'organization') requireScope(ctx, 'credentials:admin');
 }
 
-async function credentialTarget(ctx: Ctx, slug: string) {
-  const t = await mustFind(ctx, slug);
-  return { t, key: credentialSlug(t), fields: credentialFields(t) };
+/** Whose credentials a slug names: a tool's own, or (an MCP server's slug) the server's, which all its tools share. */
+async function credentialTarget(ctx: Ctx, slug: string): Promise<{ key: string; fields: CatalogEntry['credentials'] }> {
+  const t = await findTool(ctx, slug);
+  if (t) return { key: credentialSlug(t), fields: credentialFields(t) };
+  const server = await repo.findCustomBySlug(ctx, slug);
+  if (server?.kind === 'mcp')
+    return { key: slug, fields: (JSON.parse(server.source) as { credentials?: CatalogEntry['credentials'] }).credentials ?? [] };
+  throw errors.notFound('tool', slug);
 }
 
 /** Stores (merging into what is there) credential fields of a tool; unknown fields are a 400 naming them. */
