@@ -23,6 +23,9 @@ import { listSecrets, putSecret } from '../src/domains/secrets/service.js';
 import { getWorkspace, makeFolder } from '../src/domains/storage/service.js';
 import { createTemplate, deleteTemplate } from '../src/domains/templates/service.js';
 import { createThread, deleteThread, getThread } from '../src/domains/threads/service.js';
+import { createCustomTool, listCustomTools, refreshCustomTool } from '../src/domains/tools/custom.js';
+import { executeTool } from '../src/domains/tools/execute.js';
+import { getTool, installTool, listTools, putToolCredentials } from '../src/domains/tools/service.js';
 import { systemCtx, type Ctx } from '../src/platform/context.js';
 import { AppError } from '../src/platform/http/errors.js';
 import { ROLE_SCOPES, type Scope } from '../src/platform/scopes.js';
@@ -183,5 +186,23 @@ describe('verbs check their scope, whoever calls them', () => {
     const res = await h.app.inject({ method: 'GET', url: '/v1/oauth/configs', headers: admin.headers });
     expect(res.statusCode).toBe(200);
     expect(json(res).data).toEqual([]);
+  });
+  it('tools: catalogue, installs, credentials, execution and custom tools', async () => {
+    await expectForbidden('tools:read', (ctx) => listTools(ctx, { limit: 10 }));
+    await expectForbidden('tools:read', (ctx) => getTool(ctx, 'web_search'));
+    await expectForbidden('tools:write', (ctx) => installTool(ctx, 'http_request', 'user'));
+    await expectForbidden('tools:admin', (ctx) => installTool(ctx, 'http_request', 'organization'));
+    await expectForbidden('credentials:admin', (ctx) => putToolCredentials(ctx, 'openweathermap_current', 'organization', { apiKey: 'k' }));
+    await expectForbidden('tools:execute', (ctx) => executeTool(ctx, 'http_request', { arguments: { url: 'https://example.com' } }, { via: 'api' }));
+    await expectForbidden('tools:read', (ctx) => listCustomTools(ctx));
+    await expectForbidden('tools:admin', (ctx) =>
+      createCustomTool(ctx, { kind: 'mcp', slug: 'nope', url: 'http://127.0.0.1:9/mcp', headers: {}, credentials: [] }),
+    );
+    await expectForbidden('tools:admin', (ctx) => refreshCustomTool(ctx, 'ctl_missing'));
+    // nothing was installed or created: the admin's own listings (the control) are empty
+    const installed = await h.app.inject({ method: 'GET', url: '/v1/tools/installed', headers: admin.headers });
+    expect(json(installed).data).toEqual([]);
+    const custom = await h.app.inject({ method: 'GET', url: '/v1/tools/custom', headers: admin.headers });
+    expect(json(custom).data).toEqual([]);
   });
 });

@@ -82,6 +82,21 @@ function tooDeep(v: unknown, max: number): boolean {
   return walk(v, 0);
 }
 
+/**
+ * The deepest nesting of `[` and `{` (a linear scan that ignores quoting: brackets inside strings only make it
+ * larger, so real documents stay far below the limit while a bracket bomb is caught before the parser sees it).
+ */
+function flowDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 91 || c === 123) max = Math.max(max, ++depth);
+    else if ((c === 93 || c === 125) && depth > 0) depth--;
+  }
+  return max;
+}
+
 /** Parses an OpenAPI document given as JSON or YAML text, refusing oversized text, alias bombs and deep nesting. */
 export function parseOpenApiText(text: string): unknown {
   if (Buffer.byteLength(text, 'utf8') > OPENAPI_MAX_BYTES) throw errors.invalid(`the OpenAPI document is larger than ${OPENAPI_MAX_BYTES} bytes`);
@@ -90,6 +105,8 @@ export function parseOpenApiText(text: string): unknown {
   try {
     value = JSON.parse(text);
   } catch {
+    // The YAML parser takes seconds on a few hundred thousand nested brackets: refuse deep flow nesting before it starts.
+    if (flowDepth(text) > OPENAPI_MAX_DEPTH) throw errors.invalid(`the OpenAPI document nests deeper than ${OPENAPI_MAX_DEPTH}`);
     const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false });
     const first = doc.errors[0];
     if (first) {
