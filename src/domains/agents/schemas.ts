@@ -91,3 +91,76 @@ export const Agent = z
 export type Agent = z.infer<typeof Agent>;
 
 export const AgentParams = z.object({ slug: z.string().min(1).max(100) });
+
+// ---- installable agents ----
+
+/** An entry of the shipped catalogue (`installable.json`): an agent definition without a model. */
+export const InstallableDefinition = z
+  .object({
+    slug: AgentSlug,
+    name: Fields.name,
+    description: z.string().max(4000),
+    category: z.string().min(1).max(64),
+    executionMode: z.literal('managed'),
+    instructions: z.string().min(1).max(200_000),
+    tools: z.array(AgentTool).min(1).max(64),
+    config: AgentConfig,
+  })
+  .strict();
+export type InstallableDefinition = z.infer<typeof InstallableDefinition>;
+
+export const InstallableCatalogue = z.object({ agents: z.array(InstallableDefinition).max(200) }).strict();
+
+const ToolAvailability = {
+  slug: z.string(),
+  available: z.boolean().describe('Whether the tool can run on this server (false: unavailableReason says what to configure)'),
+  unavailableReason: z.string().nullable(),
+};
+
+export const InstallableAgent = InstallableDefinition.extend({
+  tools: z.array(z.object(ToolAvailability)),
+}).meta({ id: 'InstallableAgent' });
+export type InstallableAgent = z.infer<typeof InstallableAgent>;
+
+export const InstallableParams = z.object({ slug: z.string().min(1).max(100) });
+
+export const InstallBody = z
+  .object({
+    agentSlug: AgentSlug.optional().describe('The new agent’s slug (default: the installable agent’s)'),
+    model: z.string().min(1).max(200).optional().describe('A model id from GET /v1/models/available (default: the first one listed)'),
+    scope: z
+      .enum(['user', 'organization'])
+      .optional()
+      .describe('Whom the tools are installed for: user (default) or organization (needs tools:admin)'),
+  })
+  .strict();
+export type InstallBody = z.infer<typeof InstallBody>;
+
+export const InstallableAgentInstall = z
+  .object({
+    id: z.string(),
+    slug: z.string().describe('The installable agent'),
+    agentId: z.string(),
+    agentSlug: z.string().nullable().describe('The agent it created (null once that agent was deleted on its own)'),
+    installedByUserId: z.string(),
+    createdAt: z.string(),
+  })
+  .meta({ id: 'InstallableAgentInstall' });
+export type InstallableAgentInstall = z.infer<typeof InstallableAgentInstall>;
+
+export const InstalledToolStatus = z.object({
+  ...ToolAvailability,
+  installed: z.literal(true),
+  missingCredentials: z.array(z.string()).describe('Required credential fields stored nowhere yet (PUT /v1/tools/{slug}/credentials)'),
+  oauthProvider: z.string().nullable().describe('The OAuth provider whose connected account fills the tool’s token'),
+  oauthConnected: z
+    .boolean()
+    .nullable()
+    .describe('Whether you have connected oauthProvider (null: no OAuth needed, or the credential lacks connections:read)'),
+});
+export type InstalledToolStatus = z.infer<typeof InstalledToolStatus>;
+
+export const InstallResult = z.object({ install: InstallableAgentInstall, agent: Agent, tools: z.array(InstalledToolStatus) });
+export type InstallResult = z.infer<typeof InstallResult>;
+
+export const InstallParams = z.object({ installId: z.string().min(1).max(100) });
