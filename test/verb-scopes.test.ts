@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listActivity } from '../src/domains/activity/service.js';
+import { installAgent } from '../src/domains/agents/installable.js';
 import { createAgent, findAgentRow } from '../src/domains/agents/service.js';
 import { getBalance } from '../src/domains/billing/service.js';
 import { executeCode } from '../src/domains/execute/service.js';
@@ -199,6 +200,7 @@ describe('verbs check their scope, whoever calls them', () => {
       createCustomTool(ctx, { kind: 'mcp', slug: 'nope', url: 'http://127.0.0.1:9/mcp', headers: {}, credentials: [] }),
     );
     await expectForbidden('tools:admin', (ctx) => refreshCustomTool(ctx, 'ctl_missing'));
+    await expectForbidden('agent:write', (ctx) => installAgent(ctx, 'weather-reporter', {} as never));
     // nothing was installed or created: the admin's own listings (the control) are empty
     const installed = await h.app.inject({ method: 'GET', url: '/v1/tools/installed', headers: admin.headers });
     expect(json(installed).data).toEqual([]);

@@ -6,6 +6,7 @@ import { AppError, errors } from '../../platform/http/errors.js';
 import { decodeCursor, toPage } from '../../platform/http/pagination.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
+import { existingSecretNames, normalizeSecretName } from '../secrets/index.js';
 import { catalog, credentialsKey } from './catalog.js';
 import { type CatalogEntry, entryHosts } from './definition.js';
 import * as repo from './repo.js';
@@ -335,15 +336,23 @@ export async function deleteToolCredentials(ctx: Ctx, slug: string, scope: Insta
   });
 }
 
-/** For an installable agent's report: the required fields stored nowhere, and whether its OAuth provider is connected is asked elsewhere. */
+/**
+ * For an installable agent's report: the required fields that neither stored credentials nor a secret named after
+ * the field (steps 3 and 4 of the chain) would fill, and the OAuth provider step 5 would use.
+ */
 export async function credentialStatus(ctx: Ctx, slug: string): Promise<{ missingRequired: string[]; oauthProvider: string | null }> {
   const t = await mustFind(ctx, slug);
   const rows = await repo.credentialsFor(ctx, credentialSlug(t));
   const stored = new Set(rows.flatMap((r) => JSON.parse(r.fields) as string[]));
+  const candidates = credentialFields(t).filter((f) => f.required && !stored.has(f.name) && t.entry.oauth?.field !== f.name);
+  const secrets = await existingSecretNames(
+    ctx.deps,
+    ctx.principal.orgId!,
+    ctx.principal.userId,
+    candidates.map((f) => f.name),
+  );
   return {
-    missingRequired: credentialFields(t)
-      .filter((f) => f.required && !stored.has(f.name) && t.entry.oauth?.field !== f.name)
-      .map((f) => f.name),
+    missingRequired: candidates.filter((f) => !secrets.has(normalizeSecretName(f.name))).map((f) => f.name),
     oauthProvider: t.entry.oauth?.provider ?? null,
   };
 }
