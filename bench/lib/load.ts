@@ -10,12 +10,19 @@ export interface LoadOptions {
   /** Seconds. */
   duration: number;
   headers?: Record<string, string>;
+  /** Default GET. */
+  method?: 'GET' | 'POST';
+  body?: string;
+  /** Checks each response body; a `false` counts as a mismatch (the response still counts in the latencies). */
+  verifyBody?: (body: string) => boolean;
 }
 
 export interface Sample {
   requests: number;
   non2xx: number;
   errors: number;
+  /** Responses `verifyBody` refused. */
+  mismatches: number;
   seconds: number;
   /** Response times in ms, one per 2xx response. */
   latencies: Float64Array;
@@ -36,6 +43,9 @@ export async function hit(target: ServerChild, path: string, opts: LoadOptions):
     connections: opts.connections,
     duration: opts.duration,
     headers: opts.headers,
+    ...(opts.method ? { method: opts.method } : {}),
+    ...(opts.body !== undefined ? { body: opts.body } : {}),
+    ...(opts.verifyBody ? { verifyBody: (body: string | Buffer | undefined) => opts.verifyBody!(String(body ?? '')) } : {}),
   });
   // The real listener signature is (client, statusCode, resBytes, responseTime); the typings omit `client`.
   (instance as unknown as NodeJS.EventEmitter).on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
@@ -58,6 +68,7 @@ export async function hit(target: ServerChild, path: string, opts: LoadOptions):
     requests: n,
     non2xx,
     errors: result.errors,
+    mismatches: result.mismatches,
     seconds,
     latencies: latencies.slice(0, n),
     serverCpu: (serverCpu1 - serverCpu0) / 1e6 / seconds,
@@ -74,6 +85,7 @@ export interface Summary {
   requests: number;
   non2xx: number;
   errors: number;
+  mismatches: number;
   serverCpu: number;
   loadgenCpu: number;
   /** Server CPU time per request, µs: less sensitive than req/s to other load on the machine. */
@@ -106,6 +118,7 @@ export function summarize(samples: Sample[]): Summary {
     requests: samples.reduce((s, x) => s + x.requests, 0),
     non2xx: samples.reduce((s, x) => s + x.non2xx, 0),
     errors: samples.reduce((s, x) => s + x.errors, 0),
+    mismatches: samples.reduce((s, x) => s + x.mismatches, 0),
     serverCpu: weighted((x) => x.serverCpu),
     loadgenCpu: weighted((x) => x.loadgenCpu),
     serverCpuPerRequest: (samples.reduce((s, x) => s + x.serverCpu * x.seconds, 0) * 1e6) / Math.max(1, total),

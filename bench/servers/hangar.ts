@@ -19,6 +19,8 @@ import { BENCH_BOOTSTRAP } from '../lib/in-process.js';
 export interface HangarOptions {
   /** Activity events to seed in the organization. */
   activityEvents?: number;
+  /** Extra configuration, as environment variables (e.g. a tools catalogue file). */
+  env?: Record<string, string>;
 }
 
 export interface HangarInfo {
@@ -102,6 +104,7 @@ serveChild(
       PORT: '0',
       // The execute bench's one organization may use the whole pool (it measures the sandbox, not the fair share).
       HANGAR_EXECUTE_ORG_CONCURRENCY: process.env.HANGAR_EXECUTE_ORG_CONCURRENCY,
+      ...options.env,
     });
     deps = await createDeps(config);
 
