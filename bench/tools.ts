@@ -159,7 +159,7 @@ export async function run(argv: string[]): Promise<string> {
     children.push(fake);
     const catalogFile = writeCatalog(tmp, fake.url);
     const hangar = await startServer<HangarInfo>('hangar', 'hangar.ts', {
-      options: { env: { HANGAR_TOOLS_CATALOG_FILE: catalogFile, HANGAR_TOOLS_ALLOW_PRIVATE_NETWORKS: 'true' } },
+      options: { env: { HANGAR_SERVICES: 'tools', HANGAR_TOOLS_CATALOG_FILE: catalogFile, HANGAR_TOOLS_ALLOW_PRIVATE_NETWORKS: 'true' } },
     });
     children.push(hangar);
     hangarDataDir = hangar.info.dataDir;
