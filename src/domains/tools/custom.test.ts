@@ -320,6 +320,13 @@ describe('custom tools and the egress guard', () => {
   });
 });
 
+/** Creates a custom tool as `owner` and answers its URL (for the security cases that need one to exist). */
+async function customUrl(hh: Harness, owner: Actor, payload: Record<string, unknown>): Promise<string> {
+  const res = await hh.app.inject({ method: 'POST', url: '/v1/tools/custom', headers: owner.headers, payload });
+  expect(res.statusCode, res.body).toBe(201);
+  return `/v1/tools/custom/${json(res).data.id}`;
+}
+
 securitySuite('custom tools', [
   { method: 'GET', url: () => '/v1/tools/custom', scope: 'tools:read' },
   {
@@ -332,56 +339,24 @@ securitySuite('custom tools', [
     method: 'GET',
     scope: 'tools:read',
     crossOrg: true,
-    url: async (owner, hh) => {
-      const res = await hh.app.inject({
-        method: 'POST',
-        url: '/v1/tools/custom',
-        headers: owner.headers,
-        payload: { kind: 'http', slug: `s${++seq}`, tool: weatherTool('https://api.example.com') },
-      });
-      return `/v1/tools/custom/${json(res).data.id}`;
-    },
+    url: (owner, hh) => customUrl(hh, owner, { kind: 'http', slug: `s${++seq}`, tool: weatherTool('https://api.example.com') }),
   },
   {
     method: 'PATCH',
     scope: 'tools:admin',
     crossOrg: true,
     body: { description: 'x' },
-    url: async (owner, hh) => {
-      const res = await hh.app.inject({
-        method: 'POST',
-        url: '/v1/tools/custom',
-        headers: owner.headers,
-        payload: { kind: 'http', slug: `p${++seq}`, tool: weatherTool('https://api.example.com') },
-      });
-      return `/v1/tools/custom/${json(res).data.id}`;
-    },
+    url: (owner, hh) => customUrl(hh, owner, { kind: 'http', slug: `p${++seq}`, tool: weatherTool('https://api.example.com') }),
   },
   {
     method: 'DELETE',
     scope: 'tools:admin',
     crossOrg: true,
-    url: async (owner, hh) => {
-      const res = await hh.app.inject({
-        method: 'POST',
-        url: '/v1/tools/custom',
-        headers: owner.headers,
-        payload: { kind: 'http', slug: `d${++seq}`, tool: weatherTool('https://api.example.com') },
-      });
-      return `/v1/tools/custom/${json(res).data.id}`;
-    },
+    url: (owner, hh) => customUrl(hh, owner, { kind: 'http', slug: `d${++seq}`, tool: weatherTool('https://api.example.com') }),
   },
   {
     method: 'POST',
     scope: 'tools:admin',
-    url: async (owner, hh) => {
-      const res = await hh.app.inject({
-        method: 'POST',
-        url: '/v1/tools/custom',
-        headers: owner.headers,
-        payload: { kind: 'mcp', slug: `m${++seq}`, url: 'http://127.0.0.1:9/mcp' },
-      });
-      return `/v1/tools/custom/${json(res).data.id}/refresh`;
-    },
+    url: async (owner, hh) => `${await customUrl(hh, owner, { kind: 'mcp', slug: `m${++seq}`, url: 'http://127.0.0.1:9/mcp' })}/refresh`,
   },
 ]);

@@ -121,6 +121,10 @@ function requireScopeAdmin(ctx: Ctx, scope: InstallScope) {
   if (scope === 'organization') requireScope(ctx, 'tools:admin');
 }
 
+/** An activity event about one tool (its installs and stored credentials), in the caller's transaction. */
+const toolActivity = (tx: Ctx, slug: string, eventType: string, title: string, metadata: Record<string, unknown>) =>
+  recordActivity(tx, { resourceType: 'tool', resourceId: slug, toolSlug: slug, eventType, status: 'completed', title, metadata });
+
 const toInstall = (row: InstallRow): Install => ({
   slug: row.slug,
   scope: row.user_id === ORG_OWNER ? 'organization' : 'user',
@@ -151,15 +155,7 @@ export async function installTool(ctx: Ctx, slug: string, scope: InstallScope): 
       if (isUniqueViolation(err)) throw errors.conflict(`${slug} is being installed by another request; try again`);
       throw err;
     }
-    await recordActivity(tx, {
-      resourceType: 'tool',
-      resourceId: slug,
-      toolSlug: slug,
-      eventType: 'tool.installed',
-      status: 'completed',
-      title: `Tool ${slug} installed${scope === 'organization' ? ' for the organization' : ''}`,
-      metadata: { scope },
-    });
+    await toolActivity(tx, slug, 'tool.installed', `Tool ${slug} installed${scope === 'organization' ? ' for the organization' : ''}`, { scope });
     return { install: toInstall(row), created: true };
   });
 }
@@ -170,15 +166,7 @@ export async function uninstallTool(ctx: Ctx, slug: string, scope: InstallScope)
   await withTx(ctx, async (tx) => {
     if (!(await repo.deleteInstall(tx, ownerOf(ctx, scope), slug)))
       throw errors.notFound(`${scope === 'organization' ? "the organization's" : 'your'} install of tool`, slug);
-    await recordActivity(tx, {
-      resourceType: 'tool',
-      resourceId: slug,
-      toolSlug: slug,
-      eventType: 'tool.uninstalled',
-      status: 'completed',
-      title: `Tool ${slug} uninstalled${scope === 'organization' ? ' for the organization' : ''}`,
-      metadata: { scope },
-    });
+    await toolActivity(tx, slug, 'tool.uninstalled', `Tool ${slug} uninstalled${scope === 'organization' ? ' for the organization' : ''}`, { scope });
   });
 }
 
@@ -286,15 +274,13 @@ export async function putToolCredentials(ctx: Ctx, slug: string, scope: InstallS
         throw err;
       }
     }
-    await recordActivity(tx, {
-      resourceType: 'tool',
-      resourceId: slug,
-      toolSlug: slug,
-      eventType: 'tool.credentials.updated',
-      status: 'completed',
-      title: `Credentials of ${slug} stored${scope === 'organization' ? ' for the organization' : ''}`,
-      metadata: { scope, fields: Object.keys(values).sort() },
-    });
+    await toolActivity(
+      tx,
+      slug,
+      'tool.credentials.updated',
+      `Credentials of ${slug} stored${scope === 'organization' ? ' for the organization' : ''}`,
+      { scope, fields: Object.keys(values).sort() },
+    );
   });
   return getToolCredentials(ctx, slug, scope);
 }
@@ -324,15 +310,13 @@ export async function deleteToolCredentials(ctx: Ctx, slug: string, scope: Insta
     const row = await repo.findCredentials(tx, ownerOf(ctx, scope), key);
     if (!row) throw errors.notFound(`stored credentials (${scope}) of tool`, slug);
     await repo.deleteCredentialsRow(tx, row.id);
-    await recordActivity(tx, {
-      resourceType: 'tool',
-      resourceId: slug,
-      toolSlug: slug,
-      eventType: 'tool.credentials.deleted',
-      status: 'completed',
-      title: `Credentials of ${slug} deleted${scope === 'organization' ? ' for the organization' : ''}`,
-      metadata: { scope },
-    });
+    await toolActivity(
+      tx,
+      slug,
+      'tool.credentials.deleted',
+      `Credentials of ${slug} deleted${scope === 'organization' ? ' for the organization' : ''}`,
+      { scope },
+    );
   });
 }
 
