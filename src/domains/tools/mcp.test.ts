@@ -97,7 +97,7 @@ describe('MCP client against an SDK server', () => {
     const started = Date.now();
     const e = await rejection(callMcpTool(target(mcp.url, {}, 400), 'slow', { ms: 10_000 }));
     expect(e.code).toBe('mcp_timeout');
-    expect(Date.now() - started).toBeLessThan(2000);
+    expect(Date.now() - started).toBeLessThan(6000);
     // The server is still usable afterwards.
     expect((await callMcpTool(target(mcp.url), 'echo', { text: 'x' })).output).toBe('echo: x');
   });

