@@ -181,7 +181,11 @@ export async function uninstallAgent(ctx: Ctx, id: string): Promise<void> {
   requireScope(ctx, 'agent:write');
   const row = await visibleInstall(ctx, id);
   await withTx(ctx, async (tx) => {
-    const deleted = await exec(tx).deleteFrom('installable_agent_installs').where('id', '=', row.id).executeTakeFirst();
+    const deleted = await exec(tx)
+      .deleteFrom('installable_agent_installs')
+      .where('org_id', '=', orgId(tx))
+      .where('id', '=', row.id)
+      .executeTakeFirst();
     if (!Number(deleted.numDeletedRows)) throw errors.notFound('installable agent install', id);
     if (row.agent_slug) await deleteAgent(tx, row.agent_slug);
     await recordActivity(tx, {
