@@ -38,9 +38,6 @@ export const OAuthRequirement = z.object({
 });
 export type OAuthRequirement = z.infer<typeof OAuthRequirement>;
 
-/** `{{args.name}}` or `{{credentials.field}}` inside a string; anything else between braces is refused at load. */
-export const TEMPLATE = /\{\{\s*(args|credentials)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g;
-
 const templated = z.string().max(4096);
 
 /**
@@ -98,7 +95,6 @@ export const CatalogEntry = z.object({
   execution: Execution,
 });
 export type CatalogEntry = z.infer<typeof CatalogEntry>;
-export type CatalogEntryInput = z.input<typeof CatalogEntry>;
 
 /** A catalogue file: `{ "tools": [ ... ] }`. */
 export const CatalogFile = z.object({ tools: z.array(CatalogEntry).max(1000) });

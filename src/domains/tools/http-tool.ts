@@ -331,7 +331,7 @@ export function mapResponse(ex: HttpExecution, res: RawResponse): { ok: boolean;
   return picked.ok ? { ok: true, output: picked.value, httpStatus } : { ok: false, output, error: picked.error, httpStatus };
 }
 
-export const OUTPUT_MAX_CHARS = 64 * 1024;
+const OUTPUT_MAX_CHARS = 64 * 1024;
 const MAX_DEPTH = 64;
 const MIN_STRING = 32;
 
