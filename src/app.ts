@@ -3,7 +3,7 @@ import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
 import { activityRegistry, activityRoutes } from './domains/activity/index.js';
 import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
-import { billingRoutes } from './domains/billing/index.js';
+import { billingRoutes, startBillingJobs } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
@@ -76,7 +76,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
-  billing: [],
+  billing: [startBillingJobs],
   storage: [],
 };
 

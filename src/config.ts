@@ -126,6 +126,20 @@ const EnvSchema = z.object({
   HANGAR_SEARCH_PROVIDER: z.enum(['brave']).optional(),
   HANGAR_SEARCH_API_KEY: z.string().min(1).optional(),
   HANGAR_SEARCH_URL: z.string().url().optional(),
+  HANGAR_BILLING: z.enum(['on', 'off', 'true', 'false', '1', '0']).default('on'),
+  HANGAR_BILLING_PLANS_FILE: z.string().min(1).optional(),
+  HANGAR_BILLING_DEFAULT_PLAN: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'a plan id').default('free'),
+  HANGAR_BILLING_GRACE_SECONDS: intFrom(0, 30 * 86_400).default(300),
+  HANGAR_BILLING_SETTLE_MS: intFrom(50, 3_600_000).default(5_000),
+  HANGAR_BILLING_RUNTIME_UPDATE_MS: intFrom(50, 3_600_000).default(60_000),
+  HANGAR_BILLING_STORAGE_CHARGE_MS: intFrom(50, 7 * 86_400_000).default(86_400_000),
+  HANGAR_BILLING_TOPUP_MIN_CENTS: intFrom(1, 100_000_000).default(500),
+  HANGAR_BILLING_TOPUP_MAX_CENTS: intFrom(1, 100_000_000).default(100_000),
+  HANGAR_BILLING_RETURN_URL: z.string().url().optional(),
+  HANGAR_STRIPE_SECRET_KEY: z.string().min(1).optional(),
+  HANGAR_STRIPE_WEBHOOK_SECRET: z.string().min(1).optional(),
+  HANGAR_STRIPE_API_URL: z.string().url().optional(),
+  HANGAR_STRIPE_WEBHOOK_TOLERANCE_SECONDS: intFrom(1, 3600).default(300),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -155,6 +169,31 @@ export type Config = Readonly<{
   models: ModelsConfig;
   oauth: OAuthConfig;
   tools: ToolsConfig;
+  billing: BillingConfig;
+}>;
+
+/** Billing (ADR 0028): whether usage is charged, the plans, the payment provider, grace and sweeps. */
+export type BillingConfig = Readonly<{
+  /** Off: usage is still metered and reported, nothing is charged and nothing is refused for credit. */
+  enabled: boolean;
+  /** A JSON file of plans added to (or replacing by id) the built-in `free` plan. */
+  plansFile: string | null;
+  /** The plan a new organization is on. */
+  defaultPlan: string;
+  /** How long running sandboxes keep running after the credits ran out, before they are paused. */
+  graceSeconds: number;
+  /** How often due usage left uncharged (a crash between metering and charging) is swept into the ledger. */
+  settleMs: number;
+  /** How often running sandboxes' pending charges are re-estimated. */
+  runtimeUpdateMs: number;
+  /** How often workspace storage byte-seconds are charged (a day by default). */
+  storageChargeMs: number;
+  topupMinCents: number;
+  topupMaxCents: number;
+  /** Where the checkout sends the browser back to (default: the billing service's own /v1/billing/success). */
+  returnUrl: string | null;
+  /** The payment provider (Stripe's API); null: top-ups and auto top-up answer 409 payments_not_configured. */
+  payments: Readonly<{ provider: 'stripe'; secretKey: string; webhookSecret: string; apiUrl: string | null; toleranceSeconds: number }> | null;
 }>;
 
 /** Tools (ADR 0027): the catalogue, the egress guard every outbound tool request goes through, web search. */
@@ -388,6 +427,24 @@ function searchConfig(e: z.infer<typeof EnvSchema>): ToolsConfig['search'] {
   });
 }
 
+function paymentsConfig(e: z.infer<typeof EnvSchema>): BillingConfig['payments'] {
+  if (!e.HANGAR_STRIPE_SECRET_KEY) {
+    if (e.HANGAR_STRIPE_WEBHOOK_SECRET) throw new ConfigError('HANGAR_STRIPE_SECRET_KEY', 'must be set when HANGAR_STRIPE_WEBHOOK_SECRET is');
+    return null;
+  }
+  if (!e.HANGAR_STRIPE_WEBHOOK_SECRET)
+    throw new ConfigError('HANGAR_STRIPE_WEBHOOK_SECRET', 'is required with HANGAR_STRIPE_SECRET_KEY (webhooks credit top-ups; their signature is checked with it)');
+  if (e.HANGAR_BILLING_TOPUP_MIN_CENTS > e.HANGAR_BILLING_TOPUP_MAX_CENTS)
+    throw new ConfigError('HANGAR_BILLING_TOPUP_MIN_CENTS', 'must not be above HANGAR_BILLING_TOPUP_MAX_CENTS');
+  return Object.freeze({
+    provider: 'stripe' as const,
+    secretKey: e.HANGAR_STRIPE_SECRET_KEY,
+    webhookSecret: e.HANGAR_STRIPE_WEBHOOK_SECRET,
+    apiUrl: e.HANGAR_STRIPE_API_URL ?? null,
+    toleranceSeconds: e.HANGAR_STRIPE_WEBHOOK_TOLERANCE_SECONDS,
+  });
+}
+
 /**
  * Platform OAuth clients: `HANGAR_OAUTH_<SLUG>_CLIENT_ID` (and `_CLIENT_SECRET`, absent for a public client), the
  * slug upper-cased with `-` as `_` (`HANGAR_OAUTH_GOOGLE_CLIENT_ID` for `google`).
@@ -557,6 +614,19 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
         }),
       ),
       timeoutMs: e.HANGAR_OAUTH_TIMEOUT_MS,
+    }),
+    billing: Object.freeze({
+      enabled: ['on', 'true', '1'].includes(e.HANGAR_BILLING),
+      plansFile: e.HANGAR_BILLING_PLANS_FILE ? path.resolve(e.HANGAR_BILLING_PLANS_FILE) : null,
+      defaultPlan: e.HANGAR_BILLING_DEFAULT_PLAN,
+      graceSeconds: e.HANGAR_BILLING_GRACE_SECONDS,
+      settleMs: e.HANGAR_BILLING_SETTLE_MS,
+      runtimeUpdateMs: e.HANGAR_BILLING_RUNTIME_UPDATE_MS,
+      storageChargeMs: e.HANGAR_BILLING_STORAGE_CHARGE_MS,
+      topupMinCents: e.HANGAR_BILLING_TOPUP_MIN_CENTS,
+      topupMaxCents: e.HANGAR_BILLING_TOPUP_MAX_CENTS,
+      returnUrl: e.HANGAR_BILLING_RETURN_URL ?? null,
+      payments: paymentsConfig(e),
     }),
     tools: Object.freeze({
       catalogFile: e.HANGAR_TOOLS_CATALOG_FILE ? path.resolve(e.HANGAR_TOOLS_CATALOG_FILE) : null,

@@ -108,6 +108,10 @@ export interface WorkspaceFilesTable {
 export interface StorageUsageTable {
   org_id: string;
   used_bytes: number;
+  /** Bytes x seconds accumulated since the last daily charge took them. */
+  byte_seconds: number;
+  /** Up to when `byte_seconds` is accumulated (null: never, i.e. nothing stored yet). */
+  accounted_at: string | null;
 }
 
 export interface CreditLedgerTable {
@@ -115,10 +119,100 @@ export interface CreditLedgerTable {
   org_id: string;
   kind: string;
   amount_cents: number;
+  /** The exact amount in micro-dollars (1 cent = 10,000); the balance is summed from this. */
+  amount_micros: number;
   idempotency_key: string;
   description: string;
   actor_user_id: string | null;
   metadata: string | null;
+  created_at: string;
+}
+
+export interface BillingAccountsTable {
+  org_id: string;
+  plan: string;
+  /** Cache of sum(credit_ledger.amount_micros), updated in the same transaction as every ledger insert. */
+  balance_micros: number;
+  /** Estimated cost of runtime still running (pending usage events), not yet in the ledger. */
+  pending_micros: number;
+  /** When the balance last reached zero or below (null while it is positive): the grace period runs from here. */
+  exhausted_at: string | null;
+  payment_customer_id: string | null;
+  payment_method_id: string | null;
+  auto_topup_enabled: number;
+  auto_topup_threshold_cents: number;
+  auto_topup_amount_cents: number;
+  /** Auto top-up failures in a row; three disable it. */
+  auto_topup_failures: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export type UsageKind = 'model_tokens' | 'tool_execution' | 'code_execution' | 'sandbox_runtime' | 'storage';
+export type UsageState = 'pending' | 'due' | 'settled' | 'forgiven';
+
+export interface UsageEventsTable {
+  id: string;
+  org_id: string;
+  user_id: string | null;
+  kind: UsageKind;
+  /** The metered record's id: (kind, source_id) is unique, so one record is metered once. */
+  source_id: string;
+  subject: string;
+  tier: 'platform' | 'byok';
+  input_tokens: number;
+  output_tokens: number;
+  cached_input_tokens: number;
+  reasoning_tokens: number;
+  /** Seconds (runtime), CPU seconds (code), byte-seconds (storage), 1 (a tool call). */
+  quantity: number;
+  cost_micros: number;
+  state: UsageState;
+  ledger_entry_id: string | null;
+  metadata: string | null;
+  started_at: string;
+  ended_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface TopupsTable {
+  id: string;
+  org_id: string;
+  kind: 'checkout' | 'auto';
+  provider_ref: string | null;
+  amount_cents: number;
+  status: 'pending' | 'completed' | 'failed' | 'expired';
+  idempotency_key: string | null;
+  url: string | null;
+  failure_reason: string | null;
+  created_by_user_id: string | null;
+  created_at: string;
+  updated_at: string;
+  completed_at: string | null;
+}
+
+export interface PaymentEventsTable {
+  id: string;
+  type: string;
+  received_at: string;
+}
+
+export interface PromoCodesTable {
+  id: string;
+  code: string;
+  credits_cents: number;
+  max_redemptions: number;
+  redemptions: number;
+  expires_at: string | null;
+  created_at: string;
+}
+
+export interface PromoRedemptionsTable {
+  id: string;
+  promo_id: string;
+  org_id: string;
+  user_id: string;
   created_at: string;
 }
 
@@ -492,4 +586,10 @@ export interface Database {
   tool_credentials: ToolCredentialsTable;
   custom_tools: CustomToolsTable;
   installable_agent_installs: InstallableAgentInstallsTable;
+  billing_accounts: BillingAccountsTable;
+  usage_events: UsageEventsTable;
+  topups: TopupsTable;
+  payment_events: PaymentEventsTable;
+  promo_codes: PromoCodesTable;
+  promo_redemptions: PromoRedemptionsTable;
 }

@@ -15,6 +15,7 @@ export const SCOPES = {
   'storage:write': 'Upload, move and delete workspace files',
   'billing:read': 'Read credits, plan and usage (organization admins)',
   'billing:write': 'Top up credits and change billing settings (organization admins)',
+  'usage:read': 'Read your own usage (GET /v1/billing/my-usage); everyone’s needs billing:read too',
   'connections:read': 'List your connected OAuth accounts and the provider catalogue',
   'connections:write': 'Connect, set the default of and disconnect your OAuth accounts',
   'connections:use': 'Let tools and channels act through your connected accounts (tokens are never returned)',

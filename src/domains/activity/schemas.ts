@@ -17,6 +17,7 @@ export const RESOURCE_TYPES = [
   'template',
   'oauth_connection',
   'oauth_config',
+  'billing',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

@@ -19,7 +19,7 @@ describe('billing credits', () => {
   it('an admin sees the balance, starting with the sign-up credits', async () => {
     const res = await get(admin.headers, '/v1/billing/credits');
     expect(res.statusCode).toBe(200);
-    expect(json(res).data).toEqual({ balanceCents: 750, currency: 'usd', updatedAt: expect.any(String) });
+    expect(json(res).data).toEqual({ balanceCents: 750, balanceMicros: 7_500_000, currency: 'usd', updatedAt: expect.any(String) });
     expect(json(res).meta.requestId).toBe(res.headers['x-request-id']);
   });
 
@@ -28,7 +28,7 @@ describe('billing credits', () => {
     expect(res.statusCode).toBe(200);
     const body = json(res);
     expect(body.data).toEqual([
-      { id: expect.any(String), kind: 'signup_grant', amountCents: 750, description: 'Sign-up credits', createdAt: expect.any(String) },
+      { id: expect.any(String), kind: 'signup_grant', amountCents: 750, amountMicros: 7_500_000, description: 'Sign-up credits', createdAt: expect.any(String) },
     ]);
     expect(body.meta).toMatchObject({ hasMore: false, nextCursor: null });
     const balance = json(await get(admin.headers, '/v1/billing/credits')).data;
@@ -72,6 +72,7 @@ describe('billing credits', () => {
     expect(secondHistory.meta).toMatchObject({ hasMore: false, nextCursor: null });
     expect(json(await get({ ...auth, 'x-org-id': second.id }, '/v1/billing/credits')).data).toEqual({
       balanceCents: 0,
+      balanceMicros: 0,
       currency: 'usd',
       updatedAt: null,
     });

@@ -2,10 +2,25 @@ import { z } from 'zod';
 import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import { limitParam } from '../../platform/http/pagination.js';
 import type { App } from '../../platform/http/server.js';
-import { CreditBalance, CreditEntry } from './schemas.js';
-import { getBalance, listLedger } from './service.js';
+import { CreditBalance, CreditEntry, PlanSummary } from './schemas.js';
+import { getBalance, getPlan, listLedger } from './service.js';
 
 export async function billingRoutes(app: App) {
+  app.get(
+    '/v1/billing/plan',
+    {
+      config: { scope: 'billing:read' },
+      schema: {
+        tags: ['billing'],
+        summary: 'Current plan and credit summary',
+        description:
+          'Organization admins only. The plan (included monthly credits, prices, limits), the billing period (calendar month, UTC) and the credits: balance, granted, purchased, spent this period and pending runtime charges.',
+        response: { 200: envelope(PlanSummary), ...errorResponses },
+      },
+    },
+    async (req) => ok(req, await getPlan(req.ctx)),
+  );
+
   app.get(
     '/v1/billing/credits',
     {

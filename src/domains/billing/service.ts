@@ -1,8 +1,16 @@
 import { sql } from 'kysely';
-import { exec, orgId, requireScope, type Ctx } from '../../platform/context.js';
+import { exec, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
-import { nowIso, uuid } from '../../platform/ids.js';
-import type { CreditEntry } from './schemas.js';
+import { prefixedId } from '../../platform/ids.js';
+import { accountRow, ensureAccount, MICROS_PER_CENT, postEntries } from './ledger.js';
+import { grantPeriodCredits, planOf } from './meter.js';
+import { periodOf } from './plans.js';
+import type { CreditEntry, PlanSummary } from './schemas.js';
+
+/** Opens the organization's billing account on the default plan (idempotent; in the caller's transaction). */
+export async function openBillingAccount(ctx: Ctx, org: string): Promise<void> {
+  await ensureAccount(ctx, org);
+}
 
 /**
  * Grants sign-up credits once per user, ever: the ledger's unique idempotency key makes a retried or
@@ -10,33 +18,32 @@ import type { CreditEntry } from './schemas.js';
  */
 export async function grantSignupCredits(ctx: Ctx, org: string, userId: string, amountCents: number): Promise<boolean> {
   if (amountCents <= 0) return false;
-  const result = await exec(ctx)
-    .insertInto('credit_ledger')
-    .values({
-      id: uuid(),
-      org_id: org,
-      kind: 'signup_grant',
-      amount_cents: amountCents,
-      idempotency_key: `signup:${userId}`,
-      description: 'Sign-up credits',
-      actor_user_id: userId,
-      metadata: null,
-      created_at: nowIso(),
-    })
-    .onConflict((oc) => oc.column('idempotency_key').doNothing())
-    .executeTakeFirst();
-  return Number(result.numInsertedOrUpdatedRows ?? 0) > 0;
+  return withTx(ctx, async (tx) => {
+    const res = await postEntries(tx, [
+      {
+        id: prefixedId('led'),
+        orgId: org,
+        kind: 'signup_grant',
+        amountMicros: amountCents * MICROS_PER_CENT,
+        idempotencyKey: `signup:${userId}`,
+        description: 'Sign-up credits',
+        actorUserId: userId,
+      },
+    ]);
+    return res.inserted.length > 0;
+  });
 }
 
-/** The balance is derived from the append-only ledger, never stored apart from it. */
+const cents = (micros: number) => Math.floor(micros / MICROS_PER_CENT);
+
+/** The balance: the account's cache of the ledger's sum, kept in the same transaction as every entry. */
 export async function getBalance(ctx: Ctx) {
   requireScope(ctx, 'billing:read');
-  const row = await exec(ctx)
-    .selectFrom('credit_ledger')
-    .select([sql<number>`coalesce(sum(amount_cents), 0)`.as('balance'), sql<string | null>`max(created_at)`.as('updated')])
-    .where('org_id', '=', orgId(ctx))
-    .executeTakeFirstOrThrow();
-  return { balanceCents: Number(row.balance), currency: 'usd' as const, updatedAt: row.updated };
+  const org = orgId(ctx);
+  const acc = await accountRow(ctx, org);
+  const newest = await exec(ctx).selectFrom('credit_ledger').select(sql<string | null>`max(created_at)`.as('updated')).where('org_id', '=', org).executeTakeFirstOrThrow();
+  const micros = Number(acc?.balance_micros ?? 0);
+  return { balanceCents: cents(micros), balanceMicros: micros, currency: 'usd' as const, updatedAt: newest.updated };
 }
 
 export async function listLedger(ctx: Ctx, input: { limit: number; cursor?: string }) {
@@ -47,8 +54,54 @@ export async function listLedger(ctx: Ctx, input: { limit: number; cursor?: stri
     id: r.id,
     kind: r.kind,
     amountCents: Number(r.amount_cents),
+    amountMicros: Number(r.amount_micros),
     description: r.description,
     createdAt: r.created_at,
   }));
   return { items, hasMore: p.hasMore, nextCursor: p.nextCursor };
+}
+
+/** The plan and the credit summary: balance, granted, purchased, spent this period, pending charges. */
+export async function getPlan(ctx: Ctx): Promise<PlanSummary> {
+  requireScope(ctx, 'billing:read');
+  const org = orgId(ctx);
+  if (ctx.deps.config.billing.enabled) await withTx(ctx, (tx) => grantPeriodCredits(tx, org));
+  const plan = await planOf(ctx, org);
+  const acc = await accountRow(ctx, org);
+  const period = periodOf();
+  const sums = await exec(ctx)
+    .selectFrom('credit_ledger')
+    .select([
+      sql<number>`coalesce(sum(case when kind in ('signup_grant', 'plan_grant', 'promo') then amount_micros else 0 end), 0)`.as('granted'),
+      sql<number>`coalesce(sum(case when kind in ('topup', 'auto_topup') then amount_micros else 0 end), 0)`.as('purchased'),
+      sql<number>`coalesce(sum(case when kind in ('usage_charge', 'reversal') and created_at >= ${period.start} then -amount_micros else 0 end), 0)`.as('spent'),
+    ])
+    .where('org_id', '=', org)
+    .executeTakeFirstOrThrow();
+  const balance = Number(acc?.balance_micros ?? 0);
+  const pending = Number(acc?.pending_micros ?? 0);
+  return {
+    plan: {
+      id: plan.id,
+      name: plan.name,
+      includedMonthlyCents: plan.includedMonthlyCents,
+      prices: plan.prices,
+      limits: { runningSandboxes: plan.limits.runningSandboxes ?? ctx.deps.config.sandboxes.maxRunningPerOrg },
+    },
+    billingEnabled: ctx.deps.config.billing.enabled,
+    period: { start: period.start, end: period.end },
+    credits: {
+      balanceCents: cents(balance),
+      balanceMicros: balance,
+      grantedCents: cents(Number(sums.granted)),
+      purchasedCents: cents(Number(sums.purchased)),
+      spentThisPeriodCents: Math.ceil(Number(sums.spent) / MICROS_PER_CENT),
+      spentThisPeriodMicros: Number(sums.spent),
+      pendingCents: Math.ceil(pending / MICROS_PER_CENT),
+      pendingMicros: pending,
+      availableCents: cents(balance - pending),
+      exhaustedAt: acc?.exhausted_at ?? null,
+    },
+    currency: 'usd',
+  };
 }

@@ -5,7 +5,7 @@ import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
 import { base62, nowIso, uuid } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
-import { grantSignupCredits } from '../billing/index.js';
+import { grantSignupCredits, openBillingAccount } from '../billing/index.js';
 import { getUserProfile, lockUser } from '../identity/index.js';
 import { createWorkspace, initStorage, personalWorkspaceIds, projectWorkspaceIds } from '../storage/index.js';
 import type { Me, Organization, Project, ResourcePins } from './schemas.js';
@@ -101,6 +101,7 @@ export async function createOrganization(ctx: Ctx, input: { name: string }): Pro
       await initStorage(tx, id);
       await createWorkspace(tx, { org: id, kind: 'project', name: 'Default', projectId });
       const personal = await createWorkspace(tx, { org: id, kind: 'personal', name: 'Personal', ownerUserId: userId });
+      await openBillingAccount(tx, id);
       const granted = firstOrg ? await grantSignupCredits(tx, id, userId, tx.deps.config.signupCreditsCents) : false;
       await recordActivity(
         tx,

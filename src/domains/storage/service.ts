@@ -51,7 +51,7 @@ export async function createWorkspace(
 
 /** Starts the organization's storage meter at zero. */
 export async function initStorage(ctx: Ctx, org: string): Promise<void> {
-  await exec(ctx).insertInto('storage_usage').values({ org_id: org, used_bytes: 0 }).execute();
+  await exec(ctx).insertInto('storage_usage').values({ org_id: org, used_bytes: 0, byte_seconds: 0, accounted_at: null }).execute();
 }
 
 export async function personalWorkspaceId(ctx: Ctx, org: string, userId: string): Promise<string | null> {

@@ -2,6 +2,7 @@
 export const ERROR_STATUS = {
   invalid_request: 400,
   unauthenticated: 401,
+  insufficient_credits: 402,
   forbidden: 403,
   not_found: 404,
   method_not_allowed: 405,
@@ -12,6 +13,7 @@ export const ERROR_STATUS = {
   provider_disabled: 409,
   provider_not_configured: 409,
   tool_not_installed: 409,
+  payments_not_configured: 409,
   payload_too_large: 413,
   quota_exceeded: 413,
   unsupported_media_type: 415,

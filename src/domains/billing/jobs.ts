@@ -1,0 +1,24 @@
+import type { Deps } from '../../platform/context.js';
+import { every, type Stoppable } from '../../platform/jobs.js';
+import { settleUsage } from './meter.js';
+import { loadPlans } from './plans.js';
+
+/**
+ * Billing's background work: the plans are checked at start-up (a bad plans file stops it), what a crash left
+ * due is charged at once, and then swept every HANGAR_BILLING_SETTLE_MS.
+ */
+export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
+  loadPlans(deps);
+  const sweep = async () => {
+    while ((await settleUsage(deps, { limit: 500 })) === 500) {
+      /* more due than one batch: go on */
+    }
+  };
+  await sweep();
+  const jobs: Stoppable[] = [every(deps, deps.config.billing.settleMs, 'billing sweep', sweep)];
+  return {
+    async stop() {
+      for (const j of jobs.reverse()) await j.stop();
+    },
+  };
+}
