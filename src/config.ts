@@ -128,7 +128,10 @@ const EnvSchema = z.object({
   HANGAR_SEARCH_URL: z.string().url().optional(),
   HANGAR_BILLING: z.enum(['on', 'off', 'true', 'false', '1', '0']).default('on'),
   HANGAR_BILLING_PLANS_FILE: z.string().min(1).optional(),
-  HANGAR_BILLING_DEFAULT_PLAN: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'a plan id').default('free'),
+  HANGAR_BILLING_DEFAULT_PLAN: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'a plan id')
+    .default('free'),
   HANGAR_BILLING_GRACE_SECONDS: intFrom(0, 30 * 86_400).default(300),
   HANGAR_BILLING_SETTLE_MS: intFrom(50, 3_600_000).default(5_000),
   HANGAR_BILLING_RUNTIME_UPDATE_MS: intFrom(50, 3_600_000).default(60_000),
@@ -433,7 +436,10 @@ function paymentsConfig(e: z.infer<typeof EnvSchema>): BillingConfig['payments']
     return null;
   }
   if (!e.HANGAR_STRIPE_WEBHOOK_SECRET)
-    throw new ConfigError('HANGAR_STRIPE_WEBHOOK_SECRET', 'is required with HANGAR_STRIPE_SECRET_KEY (webhooks credit top-ups; their signature is checked with it)');
+    throw new ConfigError(
+      'HANGAR_STRIPE_WEBHOOK_SECRET',
+      'is required with HANGAR_STRIPE_SECRET_KEY (webhooks credit top-ups; their signature is checked with it)',
+    );
   if (e.HANGAR_BILLING_TOPUP_MIN_CENTS > e.HANGAR_BILLING_TOPUP_MAX_CENTS)
     throw new ConfigError('HANGAR_BILLING_TOPUP_MIN_CENTS', 'must not be above HANGAR_BILLING_TOPUP_MAX_CENTS');
   return Object.freeze({

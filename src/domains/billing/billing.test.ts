@@ -28,7 +28,14 @@ describe('billing credits', () => {
     expect(res.statusCode).toBe(200);
     const body = json(res);
     expect(body.data).toEqual([
-      { id: expect.any(String), kind: 'signup_grant', amountCents: 750, amountMicros: 7_500_000, description: 'Sign-up credits', createdAt: expect.any(String) },
+      {
+        id: expect.any(String),
+        kind: 'signup_grant',
+        amountCents: 750,
+        amountMicros: 7_500_000,
+        description: 'Sign-up credits',
+        createdAt: expect.any(String),
+      },
     ]);
     expect(body.meta).toMatchObject({ hasMore: false, nextCursor: null });
     const balance = json(await get(admin.headers, '/v1/billing/credits')).data;

@@ -163,7 +163,13 @@ export async function recordUsage(ctx: Ctx, u: UsageInput): Promise<string | nul
 
 /** Finds the event metering a record (kind and source id), within the organization. */
 export async function usageEventOf(ctx: Ctx, org: string, kind: UsageKind, sourceId: string) {
-  return exec(ctx).selectFrom('usage_events').selectAll().where('org_id', '=', org).where('kind', '=', kind).where('source_id', '=', sourceId).executeTakeFirst();
+  return exec(ctx)
+    .selectFrom('usage_events')
+    .selectAll()
+    .where('org_id', '=', org)
+    .where('kind', '=', kind)
+    .where('source_id', '=', sourceId)
+    .executeTakeFirst();
 }
 
 const SETTLE_STATE = stateKey('billing-settle', () => ({

@@ -93,7 +93,10 @@ export function loadPlans(deps: Pick<Deps, 'config' | 'state'>): ReadonlyMap<str
     for (const p of parsed.data.plans) plans.set(p.id, p);
   }
   if (!plans.has(deps.config.billing.defaultPlan))
-    throw new ConfigError('HANGAR_BILLING_DEFAULT_PLAN', `no plan "${deps.config.billing.defaultPlan}" (the plans are: ${[...plans.keys()].join(', ')})`);
+    throw new ConfigError(
+      'HANGAR_BILLING_DEFAULT_PLAN',
+      `no plan "${deps.config.billing.defaultPlan}" (the plans are: ${[...plans.keys()].join(', ')})`,
+    );
   slot.plans = plans;
   return plans;
 }

@@ -41,7 +41,11 @@ export async function getBalance(ctx: Ctx) {
   requireScope(ctx, 'billing:read');
   const org = orgId(ctx);
   const acc = await accountRow(ctx, org);
-  const newest = await exec(ctx).selectFrom('credit_ledger').select(sql<string | null>`max(created_at)`.as('updated')).where('org_id', '=', org).executeTakeFirstOrThrow();
+  const newest = await exec(ctx)
+    .selectFrom('credit_ledger')
+    .select(sql<string | null>`max(created_at)`.as('updated'))
+    .where('org_id', '=', org)
+    .executeTakeFirstOrThrow();
   const micros = Number(acc?.balance_micros ?? 0);
   return { balanceCents: cents(micros), balanceMicros: micros, currency: 'usd' as const, updatedAt: newest.updated };
 }
@@ -74,7 +78,9 @@ export async function getPlan(ctx: Ctx): Promise<PlanSummary> {
     .select([
       sql<number>`coalesce(sum(case when kind in ('signup_grant', 'plan_grant', 'promo') then amount_micros else 0 end), 0)`.as('granted'),
       sql<number>`coalesce(sum(case when kind in ('topup', 'auto_topup') then amount_micros else 0 end), 0)`.as('purchased'),
-      sql<number>`coalesce(sum(case when kind in ('usage_charge', 'reversal') and created_at >= ${period.start} then -amount_micros else 0 end), 0)`.as('spent'),
+      sql<number>`coalesce(sum(case when kind in ('usage_charge', 'reversal') and created_at >= ${period.start} then -amount_micros else 0 end), 0)`.as(
+        'spent',
+      ),
     ])
     .where('org_id', '=', org)
     .executeTakeFirstOrThrow();
