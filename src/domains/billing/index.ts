@@ -1,4 +1,4 @@
-export { grantSignupCredits, getBalance, openBillingAccount } from './service.js';
+export { grantSignupCredits, getBalance, openBillingAccount, assignPlan, listPlans } from './service.js';
 export {
   recordUsage,
   settleUsage,

@@ -173,7 +173,7 @@ export async function usageEventOf(ctx: Ctx, org: string, kind: UsageKind, sourc
 }
 
 const SETTLE_STATE = stateKey('billing-settle', () => ({
-  /** `${org}:${period}` whose plan grant this process has posted (the ledger's key makes a repeat a no-op anyway). */
+  /** `${org}:${period}:${plan}` whose plan grant this process has posted (the ledger's key makes a repeat a no-op anyway). */
   granted: new Set<string>(),
   /** Called after a commit that changed balances: exhaustion activity, auto top-up (registered by app.ts/billing). */
   afterCharge: [] as ((deps: Deps, accounts: AccountAfter[]) => Promise<void>)[],
@@ -188,9 +188,11 @@ export function onAfterCharge(deps: Deps, fn: (deps: Deps, accounts: AccountAfte
 export async function grantPeriodCredits(ctx: Ctx, org: string, at = new Date()): Promise<AccountAfter[]> {
   const period = periodOf(at);
   const slot = ctx.deps.state.get(SETTLE_STATE);
-  const k = `${org}:${period.key}`;
-  if (slot.granted.has(k)) return [];
   const plan = await planOf(ctx, org);
+  // Per plan in the cache (an organization moved from `free` to a paid plan mid-period gets that plan's credits);
+  // once per period in the ledger (moving back and forth does not pay twice).
+  const k = `${org}:${period.key}:${plan.id}`;
+  if (slot.granted.has(k)) return [];
   let accounts: AccountAfter[] = [];
   if (plan.includedMonthlyCents > 0) {
     const res = await postEntries(ctx, [

@@ -1,10 +1,12 @@
 import { sql } from 'kysely';
-import { exec, orgId, requireScope, withTx, type Ctx } from '../../platform/context.js';
+import { recordActivity } from '../activity/index.js';
+import { exec, orgId, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { errors } from '../../platform/http/errors.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
-import { prefixedId } from '../../platform/ids.js';
+import { nowIso, prefixedId } from '../../platform/ids.js';
 import { accountRow, ensureAccount, MICROS_PER_CENT, postEntries } from './ledger.js';
 import { grantPeriodCredits, planOf } from './meter.js';
-import { periodOf } from './plans.js';
+import { loadPlans, periodOf } from './plans.js';
 import type { CreditEntry, PlanSummary } from './schemas.js';
 
 /** Opens the organization's billing account on the default plan (idempotent; in the caller's transaction). */
@@ -110,4 +112,39 @@ export async function getPlan(ctx: Ctx): Promise<PlanSummary> {
     },
     currency: 'usd',
   };
+}
+
+/**
+ * Puts an organization on a plan (operator only: the CLI's `hangar plans assign`). The new plan's included
+ * credits for the current period are granted at once (once per period, whatever the plan).
+ */
+export async function assignPlan(deps: Deps, input: { orgId: string; plan: string }): Promise<{ orgId: string; plan: string; previous: string }> {
+  const plans = loadPlans(deps);
+  if (!plans.has(input.plan)) throw errors.invalidField('plan', `no plan "${input.plan}" (the plans are: ${[...plans.keys()].join(', ')})`);
+  const ctx = systemCtx(deps, { userId: 'system', orgId: input.orgId, role: 'admin', scopes: new Set(), apiKeyId: null });
+  return withTx(ctx, async (tx) => {
+    const org = await exec(tx).selectFrom('billing_accounts').select('plan').where('org_id', '=', input.orgId).executeTakeFirst();
+    if (!org) throw errors.notFound('organization', input.orgId);
+    await exec(tx).updateTable('billing_accounts').set({ plan: input.plan, updated_at: nowIso() }).where('org_id', '=', input.orgId).execute();
+    await recordActivity(
+      tx,
+      {
+        resourceType: 'billing',
+        resourceId: input.orgId,
+        eventType: 'billing.plan.changed',
+        status: 'changed',
+        title: `Plan changed to ${plans.get(input.plan)!.name}`,
+        summary: `from ${org.plan} to ${input.plan}`,
+        metadata: { from: org.plan, to: input.plan },
+      },
+      input.orgId,
+    );
+    if (deps.config.billing.enabled) await grantPeriodCredits(tx, input.orgId);
+    return { orgId: input.orgId, plan: input.plan, previous: org.plan };
+  });
+}
+
+/** The plans an operator offers (the CLI's `hangar plans list`). */
+export function listPlans(deps: Deps) {
+  return [...loadPlans(deps).values()];
 }
