@@ -3,6 +3,7 @@ import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createApiKey, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
 import { bootstrapOrganization, firstMembership } from './domains/organizations/index.js';
+import { createPromoCode, listPromoCodes, type PromoCode } from './domains/billing/index.js';
 import { allThreadIds, rebuildThread } from './domains/threads/index.js';
 import { systemCtx, type Deps } from './platform/context.js';
 import { AppError } from './platform/http/errors.js';
@@ -17,6 +18,9 @@ Commands:
   keys create --scopes S1,S2 [--name N] [--org ID] [--user ID] [--env live|test] [--json]
   token --user ID [--ttl SECONDS]                              a session token from the built-in issuer
   threads rebuild [--thread ID] [--json]                       rebuild thread event projections from their JSONL
+  promo create --credits CENTS --max-redemptions N [--expires ISO|YYYY-MM-DD] [--code CODE] [--json]
+                                                               a promo code organizations redeem for credits
+  promo list [--json]                                          every promo code and its redemptions
 
 Configuration comes from the environment: see README.md.`;
 
@@ -118,6 +122,47 @@ async function token(config: Config, opts: { user?: string; ttl?: string }) {
   });
 }
 
+/** Where a promo code's field is set on the command line, to name it in an error. */
+const PROMO_FLAGS: Record<string, string> = {
+  code: '--code',
+  creditsCents: '--credits',
+  maxRedemptions: '--max-redemptions',
+  expiresAt: '--expires',
+};
+
+const promoTerms = (p: PromoCode) =>
+  `${p.code}  ${p.creditsCents} cents (${(p.creditsCents / 100).toFixed(2)} USD) per organization, ` +
+  `${p.redemptions}/${p.maxRedemptions} redeemed, ${p.expiresAt ? `expires ${p.expiresAt}` : 'never expires'}`;
+
+function wholeNumber(flag: string, value: string | undefined): number {
+  if (value === undefined) throw new CliError(`promo create needs ${flag}`);
+  if (!/^\d+$/.test(value.trim())) throw new CliError(`${flag} must be a whole number`);
+  return Number(value.trim());
+}
+
+async function promoCreate(config: Config, opts: { credits?: string; maxRedemptions?: string; expires?: string; code?: string; json: boolean }) {
+  const creditsCents = wholeNumber('--credits', opts.credits);
+  const maxRedemptions = wholeNumber('--max-redemptions', opts.maxRedemptions);
+  await withDeps(config, async (deps) => {
+    const promo = await createPromoCode(deps, { code: opts.code, creditsCents, maxRedemptions, expiresAt: opts.expires }).catch((err: unknown) => {
+      const issue = err instanceof AppError ? err.details?.issues?.[0] : undefined;
+      if (issue && PROMO_FLAGS[issue.path]) throw new CliError(`${PROMO_FLAGS[issue.path]}: ${issue.message}`);
+      throw err;
+    });
+    if (opts.json) console.log(JSON.stringify(promo));
+    else console.log(promoTerms(promo));
+  });
+}
+
+async function promoList(config: Config, opts: { json: boolean }) {
+  await withDeps(config, async (deps) => {
+    const promos = await listPromoCodes(deps);
+    if (opts.json) console.log(JSON.stringify(promos));
+    else if (!promos.length) console.log('no promo codes');
+    else for (const p of promos) console.log(promoTerms(p));
+  });
+}
+
 /** Rebuilds the SQL projection of one thread's (or every thread's) events from its JSONL, the source of truth. */
 async function threadsRebuild(config: Config, opts: { thread?: string; json: boolean }) {
   await withDeps(config, async (deps) => {
@@ -133,7 +178,7 @@ async function threadsRebuild(config: Config, opts: { thread?: string; json: boo
 async function main(argv: string[]) {
   if (argv[0] === '--help' || argv[0] === '-h') argv = ['help'];
   const [command, ...rest] = argv;
-  const sub = command === 'keys' || command === 'threads' ? rest.shift() : undefined;
+  const sub = command === 'keys' || command === 'threads' || command === 'promo' ? rest.shift() : undefined;
   const { values } = parseArgs({
     args: rest,
     options: {
@@ -147,6 +192,10 @@ async function main(argv: string[]) {
       env: { type: 'string' },
       ttl: { type: 'string' },
       thread: { type: 'string' },
+      credits: { type: 'string' },
+      'max-redemptions': { type: 'string' },
+      expires: { type: 'string' },
+      code: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -174,6 +223,19 @@ async function main(argv: string[]) {
     case 'threads':
       if (sub !== 'rebuild') throw new CliError('usage: hangar threads rebuild [--thread ID] [--json]');
       return threadsRebuild(config, { thread: values.thread, json: values.json! });
+    case 'promo':
+      if (sub === 'create')
+        return promoCreate(config, {
+          credits: values.credits,
+          maxRedemptions: values['max-redemptions'],
+          expires: values.expires,
+          code: values.code,
+          json: values.json!,
+        });
+      if (sub === 'list') return promoList(config, { json: values.json! });
+      throw new CliError(
+        'usage: hangar promo create --credits CENTS --max-redemptions N [--expires ISO|YYYY-MM-DD] [--code CODE] [--json] | hangar promo list [--json]',
+      );
     default:
       throw new CliError(`unknown command "${command}"\n\n${USAGE}`);
   }

@@ -12,3 +12,4 @@ export {
 export { requireCredits } from './limits.js';
 export { billingRoutes } from './routes.js';
 export { startBillingJobs } from './jobs.js';
+export { createPromoCode, listPromoCodes, type PromoCode } from './promo.js';

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import { limitParam } from '../../platform/http/pagination.js';
 import type { App } from '../../platform/http/server.js';
+import { promoRoutes } from './routes-promo.js';
 import { CreditBalance, CreditEntry, PlanSummary } from './schemas.js';
 import { getBalance, getPlan, listLedger } from './service.js';
 
@@ -52,4 +53,6 @@ export async function billingRoutes(app: App) {
       return page(req, p.items, p);
     },
   );
+
+  await promoRoutes(app);
 }

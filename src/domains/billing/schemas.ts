@@ -58,3 +58,14 @@ export const PlanSummary = z
   })
   .meta({ id: 'BillingPlan' });
 export type PlanSummary = z.infer<typeof PlanSummary>;
+
+export const RedeemPromoBody = z.object({ code: z.string().min(1).max(100).describe('The promo code, in any case') });
+export type RedeemPromoBody = z.infer<typeof RedeemPromoBody>;
+
+export const PromoRedemption = z
+  .object({
+    code: z.string().describe('The code redeemed, upper-case'),
+    creditsCents: z.number().int().describe('Credits the code added'),
+    balanceCents: z.number().int().describe('The balance after the credits were added (whole cents, rounded down)'),
+  })
+  .meta({ id: 'PromoRedemption' });
