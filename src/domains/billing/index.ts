@@ -1,5 +1,15 @@
 export { grantSignupCredits, getBalance, openBillingAccount } from './service.js';
-export { recordUsage, settleUsage, settleAfterCommit, usageEventOf, onAfterCharge, type UsageInput, type ModelPricing, type TokenCounts } from './meter.js';
-export { requireCredits } from './limits.js';
+export {
+  recordUsage,
+  settleUsage,
+  settleAfterCommit,
+  usageEventOf,
+  onAfterCharge,
+  type UsageInput,
+  type ModelPricing,
+  type TokenCounts,
+} from './meter.js';
+export { planLimits, requireCredits } from './limits.js';
+export { onCreditsExhausted, type ExhaustionHandler } from './grace.js';
 export { billingRoutes } from './routes.js';
-export { startBillingJobs } from './jobs.js';
+export { startBillingJobs, startCreditGraceJobs } from './jobs.js';
