@@ -3,7 +3,7 @@ import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
 import { activityRegistry, activityRoutes } from './domains/activity/index.js';
 import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
-import { billingRoutes, startBillingJobs } from './domains/billing/index.js';
+import { billingRoutes, onCreditsExhausted, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
@@ -13,6 +13,7 @@ import { runRoutes, startRunJobs } from './domains/runs/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import {
   nodeLoad,
+  pauseRunningForBilling,
   reconcileAfterRevival,
   registerSandboxActivity,
   sandboxRoutes,
@@ -71,6 +72,8 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startTemplateJobs,
     startSandboxJobs,
     startSandboxPool,
+    // Billing's exhaustion grace runs beside the sandboxes it pauses: each node pauses its own.
+    startCreditGraceJobs,
     startThreadJobs,
     startRunJobs,
   ],
@@ -142,6 +145,9 @@ export async function buildApp(deps: Deps): Promise<App> {
   const app = await createServer(deps, authenticate);
   // Templates ask the sandboxes domain (which owns the sandboxes table) whether a template is still in use.
   setTemplateUseCheck(deps, sandboxUsingTemplate);
+  // Once an organization's credits ran out and its grace is over, its running sandboxes are paused (billing cannot
+  // import the sandboxes domain, which asks it for credits).
+  onCreditsExhausted(deps, pauseRunningForBilling);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());

@@ -9,7 +9,8 @@ export {
   type ModelPricing,
   type TokenCounts,
 } from './meter.js';
-export { requireCredits } from './limits.js';
+export { planLimits, requireCredits } from './limits.js';
+export { onCreditsExhausted, type ExhaustionHandler } from './grace.js';
 export { billingRoutes } from './routes.js';
-export { startBillingJobs } from './jobs.js';
+export { startBillingJobs, startCreditGraceJobs } from './jobs.js';
 export { createPromoCode, listPromoCodes, type PromoCode } from './promo.js';

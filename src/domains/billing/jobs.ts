@@ -1,5 +1,6 @@
 import type { Deps } from '../../platform/context.js';
-import { every, type Stoppable } from '../../platform/jobs.js';
+import { every, nothingToStop, type Stoppable } from '../../platform/jobs.js';
+import { enforceCreditGrace, graceSweepMs } from './grace.js';
 import { settleUsage } from './meter.js';
 import { loadPlans } from './plans.js';
 
@@ -21,4 +22,13 @@ export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
       for (const j of jobs.reverse()) await j.stop();
     },
   };
+}
+
+/**
+ * The exhaustion grace's sweep (grace.ts). It runs where the work it triggers lives: app.ts starts it with the
+ * orchestrator, whose every node pauses its own sandboxes. Nothing runs with HANGAR_BILLING=off.
+ */
+export async function startCreditGraceJobs(deps: Deps): Promise<Stoppable> {
+  if (!deps.config.billing.enabled) return nothingToStop;
+  return every(deps, graceSweepMs(deps.config), 'credit grace sweep', () => enforceCreditGrace(deps));
 }

@@ -7,6 +7,7 @@
 import { exec, type Ctx } from '../../platform/context.js';
 import { AppError } from '../../platform/http/errors.js';
 import { MICROS_PER_CENT } from './ledger.js';
+import { planById } from './plans.js';
 
 export const AUTO_TOPUP_MAX_FAILURES = 3;
 
@@ -36,4 +37,14 @@ export async function requireCredits(ctx: Ctx, org: string, what: string): Promi
     `${what} needs credits and the organization has none left (available: ${cents} cents); an organization admin can add credits with POST /v1/billing/topup or redeem a promo code. Models used with your own provider key (BYOK) keep working`,
     { balanceCents: Math.floor(balance / MICROS_PER_CENT), availableCents: cents },
   );
+}
+
+/**
+ * The organization's plan limits: its plan's running-sandbox limit, or the server's (HANGAR_SANDBOX_MAX_RUNNING)
+ * where the plan sets none. A read only: an organization without an account is on the default plan.
+ */
+export async function planLimits(ctx: Ctx, org: string): Promise<{ runningSandboxes: number }> {
+  const acc = await exec(ctx).selectFrom('billing_accounts').select('plan').where('org_id', '=', org).executeTakeFirst();
+  const plan = planById(ctx.deps, acc?.plan ?? ctx.deps.config.billing.defaultPlan);
+  return { runningSandboxes: plan.limits.runningSandboxes ?? ctx.deps.config.sandboxes.maxRunningPerOrg };
 }

@@ -7,6 +7,7 @@ import { AppError, errors } from '../../platform/http/errors.js';
 import { prefixedId } from '../../platform/ids.js';
 import type { Isolation, Limits, RunResult, WorkDir } from '../../platform/isolation/types.js';
 import { recordActivity } from '../activity/index.js';
+import { requireCredits } from '../billing/index.js';
 import {
   BUILD_DIR_NAME,
   findLanguage,
@@ -340,6 +341,7 @@ export async function executeCode(
   requireScope(ctx, 'execute:run');
   const prepared = await prepareExecution(executor, body);
   const { lang, tc } = prepared;
+  await requireCredits(ctx, orgId(ctx), 'code execution');
   if (!executor.isolation.available) {
     const reason = executor.isolation.unavailableReason ?? 'no sandbox';
     throw new AppError('service_unavailable', `code execution is unavailable on this server: ${reason}`);

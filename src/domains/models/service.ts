@@ -13,6 +13,7 @@ import { orgId, requireScope, type Ctx, type Deps } from '../../platform/context
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
+import { requireCredits } from '../billing/index.js';
 import { existingSecretNames, resolveSecret } from '../secrets/index.js';
 import { loadCatalogue, type ModelEntry } from './catalogue.js';
 import { createModelProvider, type ModelProvider } from './providers.js';
@@ -170,11 +171,17 @@ function checkTier(body: ProxyBody) {
   if (body.tier !== 'platform') throw errors.invalidField('tier', `only "platform" is accepted (got "${body.tier}")`);
 }
 
+/** A platform model call needs credits (402 when the organization has none); a BYOK call never does. */
+async function requireModelCredits(ctx: Ctx, entry: ModelEntry, what: string): Promise<void> {
+  if (entry.tier === 'platform') await requireCredits(ctx, orgId(ctx), what);
+}
+
 /** `POST /v1/model-proxy`: one platform model call, the whole result at once. */
 export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<ProxyResult> {
   requireScope(ctx, 'models:use');
   checkTier(body);
   const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
+  await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
   let result: Awaited<ReturnType<typeof generateText>>;
   try {
@@ -210,6 +217,7 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
   requireScope(ctx, 'models:use');
   checkTier(body);
   const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
+  await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
   const deps = ctx.deps;
   const org = orgId(ctx);

@@ -6,6 +6,7 @@ import { nowIso, uuid } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { findAgentRow } from '../agents/index.js';
+import { requireCredits } from '../billing/index.js';
 import { providerError, resolveModel } from '../models/index.js';
 import { createSandbox, getSandbox, resumeSandbox, threadSandboxCtx } from '../sandboxes/index.js';
 import {
@@ -163,11 +164,16 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
     model = await resolveModel(ctx, agent.model, { field: 'agent.model' });
   }
 
-  const thread = body.threadId
+  const existing = body.threadId
     ? await findThread(ctx, body.threadId).then((t) => {
         if (t.view !== 'owner') throw errors.forbidden('only the thread’s owner can run on it');
         return t.row;
       })
+    : null;
+  // A run thinking with a platform model needs credits; one on the caller's own key (BYOK) does not.
+  if (model?.entry.tier === 'platform') await requireCredits(ctx, orgId(ctx), `a run of agent "${agent.slug}" (platform model "${model.entry.id}")`);
+  const thread = existing
+    ? { id: existing.id, active_rollout_id: existing.active_rollout_id }
     : await createThread(ctx, { title: text.slice(0, 80), executionMode: mode, agentId: agent.id }).then((t) => ({
         id: t.id,
         active_rollout_id: t.activeRolloutId,

@@ -11,6 +11,7 @@ import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { getNode } from '../../platform/nodes/index.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
+import { planLimits, requireCredits } from '../billing/index.js';
 import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
 import { makeRoomForMemory, pooledUids, releasePooled, takePooled, wakeRefill, type PoolEntry } from './pool.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
@@ -337,8 +338,14 @@ function requireRuntime(deps: Deps, network: boolean): void {
 
 function limitError(max: number): AppError {
   return errors.limitExceeded(
-    `your organization already has ${max} running sandbox${max === 1 ? '' : 'es'}, the most this server allows; pause or destroy one first`,
+    `your organization already has ${max} running sandbox${max === 1 ? '' : 'es'}, the most its plan allows; pause or destroy one first`,
   );
+}
+
+/** Refuses one more running sandbox past the organization's plan limit (inside `admit`). */
+async function requireRunningRoom(ctx: Ctx, org: string): Promise<void> {
+  const { runningSandboxes: max } = await planLimits(ctx, org);
+  if ((await countRunning(ctx, org)) >= max) throw limitError(max);
 }
 
 export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<Sandbox> {
@@ -360,6 +367,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   if (cfg.maxIdleSeconds > 0 && (idle > cfg.maxIdleSeconds || idle === 0)) {
     throw errors.invalidField('idleTimeoutSeconds', `must be between 1 and ${cfg.maxIdleSeconds} on this server`);
   }
+  await requireCredits(ctx, org, 'a new sandbox');
   requireRuntime(deps, body.network);
   await requireFreeDisk(cfg, 'no new sandbox');
 
@@ -373,7 +381,7 @@ export async function createSandbox(ctx: Ctx, body: CreateSandboxBody): Promise<
   const id = prefixedId('sbx');
   const now = nowIso();
   const row = await admit(deps, org, async () => {
-    if ((await countRunning(ctx, org)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
+    await requireRunningRoom(ctx, org);
     for (let attempt = 0; attempt < 20; attempt++) {
       const uid = await freeUid(ctx);
       const values: Row = {
@@ -480,7 +488,7 @@ async function claimPooled(
   };
   try {
     await admit(deps, org, async () => {
-      if ((await countRunning(ctx, org)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
+      await requireRunningRoom(ctx, org);
       const spec = specOf(deps, row, template);
       await deps.sandboxes
         .assign(id, {
@@ -552,7 +560,16 @@ async function local(ctx: Ctx, row: Row): Promise<void> {
   );
 }
 
-export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'idle_timeout' = 'request'): Promise<Sandbox> {
+export type PauseReason = 'request' | 'idle_timeout' | 'credits_exhausted';
+
+const PAUSE_SUMMARY: Record<PauseReason, (row: Row) => string | undefined> = {
+  request: () => undefined,
+  idle_timeout: (row) => `no API use for ${row.idle_timeout_seconds} s`,
+  credits_exhausted: () =>
+    'the organization ran out of credits and its grace period is over; its files are kept, and it can be resumed once credits are added',
+};
+
+export async function pauseSandbox(ctx: Ctx, id: string, reason: PauseReason = 'request'): Promise<Sandbox> {
   requireScope(ctx, 'sandbox:write');
   const { row: first } = await findVisible(ctx, id);
   await local(ctx, first);
@@ -564,7 +581,7 @@ export async function pauseSandbox(ctx: Ctx, id: string, reason: 'request' | 'id
       await setState(tx, id, ['running'], 'paused');
       await closeInterval(tx, id);
       await activity(tx, row, 'sandbox.paused', `Sandbox ${row.name} paused`, {
-        summary: reason === 'idle_timeout' ? `no API use for ${row.idle_timeout_seconds} s` : undefined,
+        summary: PAUSE_SUMMARY[reason](row),
         metadata: { trigger: reason },
       });
     });
@@ -583,9 +600,10 @@ export async function resumeSandbox(ctx: Ctx, id: string): Promise<Sandbox> {
     // as for `stopped`. One that failed to start has neither and can only be destroyed.
     const restartable = row.state === 'stopped' || (row.state === 'error' && row.uid !== null);
     if (row.state !== 'paused' && !restartable) throw stateError(row, 'resume');
+    await requireCredits(ctx, row.org_id, `resuming sandbox ${id}`);
     await requireFreeDisk(cfg, `sandbox ${id} cannot resume`);
     await admit(ctx.deps, row.org_id, async () => {
-      if ((await countRunning(ctx, row.org_id)) >= cfg.maxRunningPerOrg) throw limitError(cfg.maxRunningPerOrg);
+      await requireRunningRoom(ctx, row.org_id);
       // Claimed before the slow part so a concurrent create counts it.
       if (!(await setState(ctx, id, [row.state], 'starting'))) throw stateError(await findRow(ctx, id), 'resume');
     });
@@ -774,6 +792,38 @@ export async function pauseIdle(deps: Deps): Promise<number> {
     }
   }
   return paused;
+}
+
+/**
+ * Pauses (never destroys) the organization's running sandboxes on this node once its credits ran out and the
+ * grace is over (billing calls it, registered by app.ts). It acts as the system, through the normal pause path,
+ * so each pause has its `sandbox.paused` activity row saying why. A sandbox still starting is paused once it is up
+ * (a pause waits its turn behind a start); one that stopped or failed meanwhile is left as it is.
+ */
+export async function pauseRunningForBilling(deps: Deps, org: string): Promise<void> {
+  if (!deps.sandboxes.available) return;
+  const ctx = systemCtx(deps, {
+    userId: 'system',
+    orgId: org,
+    role: null,
+    // org:admin: the system sees every member's sandbox as an admin does (metadata, pause), nothing more.
+    scopes: new Set(['sandbox:read', 'sandbox:write', 'org:admin'] as const),
+    apiKeyId: null,
+  });
+  const rows = await exec(ctx)
+    .selectFrom('sandboxes')
+    .select('id')
+    .where('org_id', '=', org)
+    .where('node_id', '=', deps.config.sandboxes.nodeId)
+    .where('state', 'in', ['starting', 'running'])
+    .execute();
+  for (const { id } of rows) {
+    try {
+      await pauseSandbox(ctx, id, 'credits_exhausted');
+    } catch (err) {
+      if (!(err instanceof AppError && (err.code === 'invalid_state' || err.code === 'not_found'))) throw err;
+    }
+  }
 }
 
 function errMessage(err: unknown): string {

@@ -32,6 +32,8 @@ export const ErrorBody = z
       issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
       state: z.string().optional().describe('The current state of the resource, on a 409 `invalid_state`'),
       activeRunId: z.string().optional().describe('The run active on the thread, on a 409 `THREAD_BUSY`'),
+      balanceCents: z.number().int().optional().describe('The credit balance, on a 402 `insufficient_credits`'),
+      availableCents: z.number().int().optional().describe('The balance less pending charges, on a 402 `insufficient_credits`'),
     }),
   })
   .meta({ id: 'Error' });

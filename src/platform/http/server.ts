@@ -67,7 +67,16 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 
 function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
   if (err.headers) reply.headers(err.headers);
-  const body: { code: string; message: string; requestId: string; issues?: FieldIssue[]; state?: string; activeRunId?: string } = {
+  const body: {
+    code: string;
+    message: string;
+    requestId: string;
+    issues?: FieldIssue[];
+    state?: string;
+    activeRunId?: string;
+    balanceCents?: number;
+    availableCents?: number;
+  } = {
     code: err.code,
     message: err.message,
     requestId: req.id,
@@ -75,6 +84,8 @@ function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
   if (err.details?.issues) body.issues = err.details.issues;
   if (typeof err.details?.state === 'string') body.state = err.details.state;
   if (typeof err.details?.activeRunId === 'string') body.activeRunId = err.details.activeRunId;
+  if (typeof err.details?.balanceCents === 'number') body.balanceCents = err.details.balanceCents;
+  if (typeof err.details?.availableCents === 'number') body.availableCents = err.details.availableCents;
   return reply.status(err.status).type('application/json').serializer(JSON.stringify).send({ error: body });
 }
 
