@@ -3,3 +3,4 @@ export { recordUsage, settleUsage, settleAfterCommit, usageEventOf, onAfterCharg
 export { requireCredits } from './limits.js';
 export { billingRoutes } from './routes.js';
 export { startBillingJobs } from './jobs.js';
+export { finishRuntime } from './runtime.js';
