@@ -11,7 +11,7 @@ import { finishRuntime, refreshRuntime } from './runtime.js';
 const rate = (cpu: number, memoryMb: number) => cpu * 14 + (memoryMb / 1024) * 4.5;
 
 const h: Harness = await createHarness({ HANGAR_SIGNUP_CREDITS_CENTS: '1000' });
-afterAll(() => h.close());
+afterAll(() => h.close(), 60_000);
 
 const ctxOf = (a: Actor): Ctx => systemCtx(h.deps, { userId: a.userId, orgId: a.orgId, role: 'admin', scopes: new Set(), apiKeyId: null });
 
