@@ -14,3 +14,4 @@ export { onCreditsExhausted, type ExhaustionHandler } from './grace.js';
 export { billingRoutes } from './routes.js';
 export { startBillingJobs, startCreditGraceJobs } from './jobs.js';
 export { createPromoCode, listPromoCodes, type PromoCode } from './promo.js';
+export { finishRuntime } from './runtime.js';

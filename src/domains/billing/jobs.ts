@@ -3,10 +3,12 @@ import { every, nothingToStop, type Stoppable } from '../../platform/jobs.js';
 import { enforceCreditGrace, graceSweepMs } from './grace.js';
 import { settleUsage } from './meter.js';
 import { loadPlans } from './plans.js';
+import { refreshRuntime } from './runtime.js';
 
 /**
  * Billing's background work: the plans are checked at start-up (a bad plans file stops it), what a crash left
- * due is charged at once, and then swept every HANGAR_BILLING_SETTLE_MS.
+ * due is charged at once, and then swept every HANGAR_BILLING_SETTLE_MS. Running sandboxes' pending charges are
+ * re-estimated (and split at the end of a billing period) every HANGAR_BILLING_RUNTIME_UPDATE_MS (runtime.ts).
  */
 export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
   loadPlans(deps);
@@ -16,7 +18,10 @@ export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
     }
   };
   await sweep();
-  const jobs: Stoppable[] = [every(deps, deps.config.billing.settleMs, 'billing sweep', sweep)];
+  const jobs: Stoppable[] = [
+    every(deps, deps.config.billing.settleMs, 'billing sweep', sweep),
+    every(deps, deps.config.billing.runtimeUpdateMs, 'runtime estimate', () => refreshRuntime(deps)),
+  ];
   return {
     async stop() {
       for (const j of jobs.reverse()) await j.stop();

@@ -108,7 +108,15 @@ function columnsOf(u: UsageInput) {
     case 'code_execution':
       return { subject: u.language, tier: 'platform' as const, quantity: u.cpuSeconds };
     case 'sandbox_runtime':
-      return { subject: u.sandboxId, tier: 'platform' as const, quantity: u.seconds, started_at: u.startedAt, ended_at: u.endedAt };
+      // The size is kept with the event: re-estimating and finishing it (runtime.ts) price it again.
+      return {
+        subject: u.sandboxId,
+        tier: 'platform' as const,
+        quantity: u.seconds,
+        started_at: u.startedAt,
+        ended_at: u.endedAt,
+        metadata: JSON.stringify({ ...u.metadata, cpu: u.cpu, memoryMb: u.memoryMb }),
+      };
     case 'storage':
       return { subject: 'workspace', tier: 'platform' as const, quantity: u.byteSeconds, started_at: u.startedAt, ended_at: u.endedAt };
   }

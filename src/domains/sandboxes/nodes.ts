@@ -93,7 +93,8 @@ export async function stopSandboxesOfSilentNodes(deps: Deps): Promise<number> {
       const summary = `its node "${nodeId}" stopped answering (no heartbeat for ${Math.round(deps.config.nodes.deadAfterMs / 1000)} s); its files are kept there: resume starts it again once the node is back`;
       const changed = await withTx(ownerCtx(deps, row), async (tx) => {
         if (!(await setState(tx, row.id, [row.state], 'stopped'))) return false;
-        await closeInterval(tx, row.id);
+        // The platform lost the node: its sandboxes' running time is forgiven (see IntervalEnd in service.ts).
+        await closeInterval(tx, row.id, 'forgiven');
         await activity(tx, row, 'sandbox.stopped', `Sandbox ${row.name} stopped`, {
           status: 'failed',
           summary,

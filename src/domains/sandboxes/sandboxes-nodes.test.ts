@@ -365,6 +365,9 @@ describeNeeding(need, 'sandboxes across two replicas', () => {
       resourceId: box.id,
       metadata: { trigger: 'node_dead', node: b.id },
     });
+    // The platform lost the node: the sandbox's running time is forgiven, not charged.
+    const charges = await a.deps.db.kysely.selectFrom('usage_events').select('state').where('subject', '=', box.id).execute();
+    expect(charges.map((c) => c.state)).toEqual(['forgiven']);
     // While B is away, what needs its container says why.
     const refused = await api(a, owner, 'POST', `/v1/sandboxes/${box.id}/resume`);
     expect(refused.status, refused.text).toBe(503);

@@ -11,7 +11,7 @@ import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { getNode } from '../../platform/nodes/index.js';
 import { requireFreeDisk, type AgentClient, type ContainerSpec } from '../../platform/sandboxes/index.js';
 import { recordActivity } from '../activity/index.js';
-import { planLimits, requireCredits } from '../billing/index.js';
+import { finishRuntime, planLimits, recordUsage, requireCredits, settleAfterCommit } from '../billing/index.js';
 import { lockTemplateForUse, resolveTemplate, type ResolvedTemplate } from '../templates/index.js';
 import { makeRoomForMemory, pooledUids, releasePooled, takePooled, wakeRefill, type PoolEntry } from './pool.js';
 import type { CreateSandboxBody, Sandbox } from './schemas.js';
@@ -212,37 +212,84 @@ export async function setState(ctx: Ctx, id: string, from: readonly SandboxState
   return Number(res.numUpdatedRows) === 1;
 }
 
+/**
+ * Opens a running interval and, in the same transaction, its pending runtime charge (billing re-estimates it while
+ * it runs; see billing/runtime.ts). The charge is the sandbox creator's.
+ */
 async function openInterval(ctx: Ctx, row: Row): Promise<void> {
+  const id = prefixedId('srt');
+  const startedAt = nowIso();
   await exec(ctx)
     .insertInto('sandbox_runtime')
     .values({
-      id: prefixedId('srt'),
+      id,
       org_id: row.org_id,
       sandbox_id: row.id,
       cpu: row.cpu,
       memory_mb: row.memory_mb,
-      started_at: nowIso(),
+      started_at: startedAt,
       ended_at: null,
       seconds: null,
     })
     .execute();
+  await recordUsage(ctx, {
+    kind: 'sandbox_runtime',
+    orgId: row.org_id,
+    userId: row.created_by_user_id,
+    sourceId: id,
+    sandboxId: row.id,
+    cpu: row.cpu,
+    memoryMb: row.memory_mb,
+    seconds: 0,
+    startedAt,
+    endedAt: null,
+    state: 'pending',
+  });
 }
 
-export async function closeInterval(ctx: Ctx, sandboxId: string): Promise<void> {
+/**
+ * Why a running interval ends, which decides its charge:
+ * - `due`: the customer's sandbox stopped running as the customer's use of it goes (pause, idle pause, destroy), or
+ *   for a cause the platform cannot tell from the customer's doing: an agent that broke the protocol. The agent runs
+ *   inside the sandbox, whose user may have reached it (agent-client.ts: it is untrusted), so forgiving its failure
+ *   would let a tenant erase a sandbox's runtime by breaking its own agent; the sandbox was usable until it stopped.
+ * - `forgiven`: the platform failed the sandbox: its node was declared dead (nodes.ts), or at start-up its container
+ *   was gone (a host restart) or found paused by a pause the crash kept from being recorded (`reconcile`). The interval is forgiven whole, not charged up to a
+ *   last sign of life: the pending estimate is refreshed by whichever replica runs billing's jobs, whether or not the
+ *   sandbox's node is alive, so it says nothing about when the sandbox stopped being usable, and the platform cannot
+ *   know that moment. Erring toward the customer keeps the bill honest; the period split bounds what is forgiven to
+ *   the current billing period.
+ */
+export type IntervalEnd = 'due' | 'forgiven';
+
+/**
+ * Closes the sandbox's open interval and finishes its charge, in the caller's transaction. Returns the charges
+ * this call made due: the caller hands them to `settleAfterCommit` after its commit (the billing sweep charges
+ * them anyway if the process dies in between).
+ */
+export async function closeInterval(ctx: Ctx, sandboxId: string, end: IntervalEnd): Promise<string[]> {
+  const org = orgId(ctx);
   const open = await exec(ctx)
     .selectFrom('sandbox_runtime')
     .select(['id', 'started_at'])
+    .where('org_id', '=', org)
     .where('sandbox_id', '=', sandboxId)
     .where('ended_at', 'is', null)
     .execute();
   const now = new Date();
+  const endedAt = now.toISOString();
+  const due: string[] = [];
   for (const r of open) {
     await exec(ctx)
       .updateTable('sandbox_runtime')
-      .set({ ended_at: now.toISOString(), seconds: Math.max(0, (now.getTime() - Date.parse(r.started_at)) / 1000) })
+      .set({ ended_at: endedAt, seconds: Math.max(0, (now.getTime() - Date.parse(r.started_at)) / 1000) })
       .where('id', '=', r.id)
+      .where('org_id', '=', org)
       .execute();
+    const moved = await finishRuntime(ctx, org, r.id, { endedAt, outcome: end });
+    if (moved && end === 'due') due.push(moved);
   }
+  return due;
 }
 
 export function activity(
@@ -577,14 +624,16 @@ export async function pauseSandbox(ctx: Ctx, id: string, reason: PauseReason = '
     const row = await findRow(ctx, id);
     if (row.state !== 'running') throw stateError(row, 'pause');
     await ctx.deps.sandboxes.pause(id);
-    await withTx(ctx, async (tx) => {
+    const charges = await withTx(ctx, async (tx) => {
       await setState(tx, id, ['running'], 'paused');
-      await closeInterval(tx, id);
+      const due = await closeInterval(tx, id, 'due');
       await activity(tx, row, 'sandbox.paused', `Sandbox ${row.name} paused`, {
         summary: PAUSE_SUMMARY[reason](row),
         metadata: { trigger: reason },
       });
+      return due;
     });
+    await settleAfterCommit(ctx.deps, charges);
     return view(ctx, id);
   });
 }
@@ -635,11 +684,13 @@ export async function destroySandbox(ctx: Ctx, id: string): Promise<void> {
     const row = await findRow(ctx, id);
     if (row.state === 'destroyed') throw stateError(row, 'destroy');
     await ctx.deps.sandboxes.destroy(id);
-    await withTx(ctx, async (tx) => {
+    const charges = await withTx(ctx, async (tx) => {
       await setState(tx, id, [row.state], 'destroyed', { uid: null, destroyed_at: nowIso() });
-      await closeInterval(tx, id);
+      const due = await closeInterval(tx, id, 'due');
       await activity(tx, row, 'sandbox.destroyed', `Sandbox ${row.name} destroyed`);
+      return due;
     });
+    await settleAfterCommit(ctx.deps, charges);
   });
 }
 
@@ -690,15 +741,18 @@ async function agentFailed(deps: Deps, first: Row, reason: string): Promise<void
     deps.log.warn({ sandboxId: row.id, reason }, 'sandbox agent misbehaved; stopping the sandbox');
     await deps.sandboxes.stop(row.id).catch((err) => deps.log.warn({ err, sandboxId: row.id }, 'could not stop a sandbox whose agent failed'));
     const message = `its agent misbehaved (${reason}); the sandbox was stopped, its files are kept: resume starts it again`;
-    await withTx(ctx, async (tx) => {
-      if (!(await setState(tx, row.id, ['running'], 'error', { error: message }))) return;
-      await closeInterval(tx, row.id);
+    const charges = await withTx(ctx, async (tx) => {
+      if (!(await setState(tx, row.id, ['running'], 'error', { error: message }))) return [];
+      // Charged up to the stop: the agent is the tenant's side (see IntervalEnd).
+      const due = await closeInterval(tx, row.id, 'due');
       await activity(tx, row, 'sandbox.failed', `Sandbox ${row.name} failed`, {
         status: 'failed',
         summary: message,
         metadata: { trigger: 'agent_error' },
       });
+      return due;
     });
+    await settleAfterCommit(deps, charges);
   });
 }
 
@@ -738,9 +792,12 @@ export async function reconcile(deps: Deps): Promise<{ stopped: number; removed:
       live.add(row.id);
       result.adopted++;
       if (status !== row.state) {
+        // A pause or resume that reached runc but not the database before the process died. A paused container
+        // stopped running at a moment the platform lost with its crash: charging up to now would bill the time it
+        // was down, so its interval is forgiven (see IntervalEnd). A resumed one is charged from now on.
         await withTx(ctx, async (tx) => {
           await setState(tx, row.id, [row.state], status);
-          if (status === 'paused') await closeInterval(tx, row.id);
+          if (status === 'paused') await closeInterval(tx, row.id, 'forgiven');
           else await openInterval(tx, row);
         });
       }
@@ -749,7 +806,8 @@ export async function reconcile(deps: Deps): Promise<{ stopped: number; removed:
     await deps.sandboxes.stop(row.id).catch(() => undefined);
     await withTx(ctx, async (tx) => {
       await setState(tx, row.id, [row.state], 'stopped');
-      await closeInterval(tx, row.id);
+      // The container died with the host or the process: the platform failed it (see IntervalEnd).
+      await closeInterval(tx, row.id, 'forgiven');
       await activity(tx, row, 'sandbox.stopped', `Sandbox ${row.name} stopped`, {
         status: 'failed',
         summary: 'its container was gone when Hangar started (host restart?); its files are kept, resume starts it again',
