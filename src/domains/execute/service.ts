@@ -7,7 +7,7 @@ import { AppError, errors } from '../../platform/http/errors.js';
 import { prefixedId } from '../../platform/ids.js';
 import type { Isolation, Limits, RunResult, WorkDir } from '../../platform/isolation/types.js';
 import { recordActivity } from '../activity/index.js';
-import { requireCredits } from '../billing/index.js';
+import { recordUsage, requireCredits, settleAfterCommit } from '../billing/index.js';
 import {
   BUILD_DIR_NAME,
   findLanguage,
@@ -351,9 +351,16 @@ export async function executeCode(
   const id = prefixedId('cex');
   const subject = `${lang.name} ${tc.version}`;
   type Event = 'started' | 'completed' | 'failed';
-  const record = (event: Event, summary: string, metadata: Record<string, unknown> = {}, severity?: 'warning' | 'error') =>
-    withTx(ctx, (tx) =>
-      recordActivity(tx, {
+  /** One activity event; with `cpuSeconds` (a program that ran) also its usage event, charged after the commit. */
+  const record = async (
+    event: Event,
+    summary: string,
+    metadata: Record<string, unknown> = {},
+    severity?: 'warning' | 'error',
+    cpuSeconds?: number,
+  ) => {
+    const usageId = await withTx(ctx, async (tx) => {
+      await recordActivity(tx, {
         resourceType: 'code_execution',
         resourceId: id,
         codeExecutionId: id,
@@ -363,10 +370,22 @@ export async function executeCode(
         summary: `${subject}${summary ? `: ${summary}` : ''}`,
         severity,
         metadata: { language: lang.name, version: tc.version, ...metadata },
-      }),
-    );
-  const fail = (outcome: Outcome, summary: string, severity: 'warning' | 'error', metadata: Record<string, unknown> = {}) =>
-    record('failed', summary, { outcome, ...metadata }, severity);
+      });
+      if (cpuSeconds === undefined) return null;
+      return recordUsage(tx, {
+        kind: 'code_execution',
+        orgId: orgId(tx),
+        userId: ctx.principal.userId,
+        sourceId: id,
+        language: lang.name,
+        cpuSeconds,
+        metadata: { version: tc.version },
+      });
+    });
+    await settleAfterCommit(ctx.deps, [usageId]);
+  };
+  const fail = (outcome: Outcome, summary: string, severity: 'warning' | 'error', metadata: Record<string, unknown> = {}, cpuSeconds?: number) =>
+    record('failed', summary, { outcome, ...metadata }, severity, cpuSeconds);
 
   let slot: Slot;
   try {
@@ -402,13 +421,21 @@ export async function executeCode(
   // Key order as the spec lists the fields: language, version, compile (compiled languages), run.
   const result: ExecutionResult =
     lang.compiled && compile ? { language: lang.name, version: tc.version, compile, run } : { language: lang.name, version: tc.version, run };
+  // The CPU the program used, compile step included, is what is charged.
+  const cpuSeconds = ((compile?.cpu_time_ms ?? 0) + run.cpu_time_ms) / 1000;
   if (compile && !succeeded(compile)) {
     const outcome = compile.status === 'exited' ? 'compile_failed' : (compile.status as Outcome);
-    await fail(outcome, `compile step ${outcomeText(compile)}`, 'warning', { compileExitCode: compile.code, compileStatus: compile.status });
+    await fail(
+      outcome,
+      `compile step ${outcomeText(compile)}`,
+      'warning',
+      { compileExitCode: compile.code, compileStatus: compile.status },
+      cpuSeconds,
+    );
   } else {
     const metadata = { exitCode: run.code, signal: run.signal, timeMs: run.time_ms, memoryKb: run.memory_kb };
-    if (succeeded(run)) await record('completed', outcomeText(run), { outcome: 'exited', ...metadata });
-    else await fail(run.status as Outcome, outcomeText(run), 'warning', metadata);
+    if (succeeded(run)) await record('completed', outcomeText(run), { outcome: 'exited', ...metadata }, undefined, cpuSeconds);
+    else await fail(run.status as Outcome, outcomeText(run), 'warning', metadata, cpuSeconds);
   }
   return { id, result };
 }

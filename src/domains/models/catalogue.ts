@@ -33,6 +33,8 @@ const Base = z.object({
   model: z.string().min(1).max(200).optional(),
   displayName: z.string().min(1).max(200).optional(),
   contextWindow: z.number().int().positive().optional(),
+  /** The model's class ("small", "large", ...): a plan's `modelClasses` price for it overrides `pricing`. */
+  class: z.string().min(1).max(100).optional(),
 });
 
 const ModelsFile = z
@@ -51,12 +53,14 @@ export interface ModelEntry {
   contextWindow: number | null;
   /** USD per million tokens (platform models). */
   pricing: { inputPerMTok: number; outputPerMTok: number; cachedInputPerMTok: number } | null;
+  /** The models file's `class`, looked up in the organization's plan (its price wins over `pricing`). */
+  modelClass: string | null;
   requiresSecret: string | null;
   /** A BYOK model's own endpoint (OpenAI-compatible), else the provider's default. */
   baseUrl: string | null;
 }
 
-const DEFAULT_BYOK: readonly Omit<ModelEntry, 'tier' | 'pricing' | 'baseUrl'>[] = [
+const DEFAULT_BYOK: readonly Omit<ModelEntry, 'tier' | 'pricing' | 'baseUrl' | 'modelClass'>[] = [
   {
     id: 'byok/openai/gpt-4.1',
     provider: 'openai',
@@ -109,6 +113,7 @@ export function loadCatalogue(config: ModelsConfig): ModelEntry[] {
         displayName: m.displayName ?? m.id,
         contextWindow: m.contextWindow ?? null,
         pricing: m.pricing ? { ...m.pricing, cachedInputPerMTok: m.pricing.cachedInputPerMTok ?? m.pricing.inputPerMTok } : null,
+        modelClass: m.class ?? null,
         requiresSecret: null,
         baseUrl: null,
       })),
@@ -120,6 +125,7 @@ export function loadCatalogue(config: ModelsConfig): ModelEntry[] {
         displayName: m.displayName ?? m.id,
         contextWindow: m.contextWindow ?? null,
         pricing: null,
+        modelClass: m.class ?? null,
         requiresSecret: m.requiresSecret,
         baseUrl: m.baseUrl ?? null,
       })),
@@ -140,12 +146,13 @@ export function loadCatalogue(config: ModelsConfig): ModelEntry[] {
       displayName: n,
       contextWindow: null,
       pricing: null,
+      modelClass: null,
       requiresSecret: null,
       baseUrl: null,
     }));
   return [
     ...platform('openai', config.openai?.models ?? []),
     ...platform('anthropic', config.anthropic?.models ?? []),
-    ...DEFAULT_BYOK.map((m) => ({ ...m, tier: 'byok' as const, pricing: null, baseUrl: null })),
+    ...DEFAULT_BYOK.map((m) => ({ ...m, tier: 'byok' as const, pricing: null, modelClass: null, baseUrl: null })),
   ];
 }

@@ -9,11 +9,11 @@ import {
   type ModelMessage,
   type ToolSet,
 } from 'ai';
-import { orgId, requireScope, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, orgId, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
-import { requireCredits } from '../billing/index.js';
+import { recordUsage, requireCredits, settleAfterCommit } from '../billing/index.js';
 import { existingSecretNames, resolveSecret } from '../secrets/index.js';
 import { loadCatalogue, type ModelEntry } from './catalogue.js';
 import { createModelProvider, type ModelProvider } from './providers.js';
@@ -88,7 +88,11 @@ export function toUsage(u: LanguageModelUsage | undefined): Usage {
   };
 }
 
-/** Records one model call for billing: platform calls at their price, BYOK calls at zero. */
+/**
+ * Records one model call and meters it, in one transaction: the `model_usage` row (at the catalogue price) and its
+ * usage event (priced by the organization's plan: its price for the model's class, else the catalogue's; BYOK
+ * calls cost nothing and are never charged). The event is charged after the commit (the billing sweep retries).
+ */
 export async function recordModelUsage(
   deps: Deps,
   input: { orgId: string; userId: string | null; entry: ModelEntry; usage: Usage; source: 'proxy' | 'run'; runId?: string },
@@ -99,24 +103,46 @@ export async function recordModelUsage(
   const cost = p
     ? Math.round(uncached * p.inputPerMTok + input.usage.cachedInputTokens * p.cachedInputPerMTok + input.usage.outputTokens * p.outputPerMTok)
     : 0;
-  await deps.db.kysely
-    .insertInto('model_usage')
-    .values({
-      id: prefixedId('mus'),
-      org_id: input.orgId,
-      user_id: input.userId,
+  const ctx = systemCtx(deps, { userId: input.userId ?? 'system', orgId: input.orgId, role: null, scopes: new Set(), apiKeyId: null });
+  const id = prefixedId('mus');
+  const eventId = await withTx(ctx, async (tx) => {
+    await exec(tx)
+      .insertInto('model_usage')
+      .values({
+        id,
+        org_id: input.orgId,
+        user_id: input.userId,
+        model: input.entry.id,
+        tier: input.entry.tier,
+        source: input.source,
+        run_id: input.runId ?? null,
+        input_tokens: input.usage.inputTokens,
+        output_tokens: input.usage.outputTokens,
+        cached_input_tokens: input.usage.cachedInputTokens,
+        reasoning_tokens: input.usage.reasoningTokens,
+        cost_micros: cost,
+        created_at: nowIso(),
+      })
+      .execute();
+    return recordUsage(tx, {
+      kind: 'model_tokens',
+      orgId: input.orgId,
+      userId: input.userId,
+      sourceId: id,
       model: input.entry.id,
       tier: input.entry.tier,
-      source: input.source,
-      run_id: input.runId ?? null,
-      input_tokens: input.usage.inputTokens,
-      output_tokens: input.usage.outputTokens,
-      cached_input_tokens: input.usage.cachedInputTokens,
-      reasoning_tokens: input.usage.reasoningTokens,
-      cost_micros: cost,
-      created_at: nowIso(),
-    })
-    .execute();
+      modelClass: input.entry.modelClass,
+      pricing: p,
+      tokens: {
+        inputTokens: input.usage.inputTokens,
+        outputTokens: input.usage.outputTokens,
+        cachedInputTokens: input.usage.cachedInputTokens,
+        reasoningTokens: input.usage.reasoningTokens,
+      },
+      metadata: { source: input.source, ...(input.runId ? { runId: input.runId } : {}) },
+    });
+  });
+  await settleAfterCommit(deps, [eventId]);
 }
 
 /** Provider failures as our own errors: a provider's 401 is the platform's misconfiguration, not the caller's. */

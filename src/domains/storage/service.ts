@@ -49,9 +49,9 @@ export async function createWorkspace(
   return id;
 }
 
-/** Starts the organization's storage meter at zero. */
+/** Starts the organization's storage meter at zero, accounted from now. */
 export async function initStorage(ctx: Ctx, org: string): Promise<void> {
-  await exec(ctx).insertInto('storage_usage').values({ org_id: org, used_bytes: 0, byte_seconds: 0, accounted_at: null }).execute();
+  await exec(ctx).insertInto('storage_usage').values({ org_id: org, used_bytes: 0, byte_seconds: 0, accounted_at: nowIso() }).execute();
 }
 
 export async function personalWorkspaceId(ctx: Ctx, org: string, userId: string): Promise<string | null> {
@@ -225,21 +225,89 @@ function folderRow(org: string, workspaceId: string, path: string, userId: strin
   };
 }
 
-/** Moves the organization's storage meter by `delta` bytes; refuses to pass the quota. */
+/**
+ * Byte-seconds (ADR 0028): `byte_seconds` holds what was stored up to `accounted_at`. Whenever `used_bytes` changes,
+ * and when billing takes the total, the bytes held since `accounted_at` are added first. The elapsed time is worked
+ * out here (ISO text timestamps do not subtract alike in SQLite and PostgreSQL) and the row is written only if
+ * nobody moved it since it was read (its `used_bytes` and `accounted_at` unchanged); otherwise it is read again.
+ */
+const METER_ATTEMPTS = 20;
+
+interface MeterRow {
+  used_bytes: number;
+  byte_seconds: number;
+  accounted_at: string | null;
+}
+
+async function meterRow(ctx: Ctx, org: string): Promise<MeterRow | undefined> {
+  const row = await exec(ctx)
+    .selectFrom('storage_usage')
+    .select(['used_bytes', 'byte_seconds', 'accounted_at'])
+    .where('org_id', '=', org)
+    .executeTakeFirst();
+  return row && { used_bytes: Number(row.used_bytes), byte_seconds: Number(row.byte_seconds), accounted_at: row.accounted_at };
+}
+
+/** The byte-seconds held from the row's `accounted_at` to `at`, and the new `accounted_at` (never moved backwards). */
+function accrue(row: MeterRow, at: Date): { add: number; accountedAt: string } {
+  if (!row.accounted_at) return { add: 0, accountedAt: at.toISOString() };
+  const since = Date.parse(row.accounted_at);
+  const seconds = Math.max(0, (at.getTime() - since) / 1000);
+  return { add: row.used_bytes * seconds, accountedAt: at.getTime() > since ? at.toISOString() : row.accounted_at };
+}
+
+/** Moves the organization's storage meter by `delta` bytes, accruing the byte-seconds first; refuses to pass the quota. */
 async function chargeStorage(ctx: Ctx, delta: number): Promise<void> {
   if (delta === 0) return;
   const quota = ctx.deps.config.storageQuotaBytes;
-  let q = exec(ctx)
-    .updateTable('storage_usage')
-    .set((eb) => ({ used_bytes: eb('used_bytes', '+', delta) }))
-    .where('org_id', '=', orgId(ctx));
-  if (delta > 0) q = q.where((eb) => eb(eb('used_bytes', '+', delta), '<=', quota));
-  const result = await q.executeTakeFirst();
-  if (Number(result.numUpdatedRows) === 0) {
-    throw errors.quotaExceeded(
-      `storage quota of ${quota} bytes for this organization would be exceeded; delete files or raise HANGAR_STORAGE_QUOTA_BYTES`,
-    );
+  const org = orgId(ctx);
+  for (let attempt = 0; attempt < METER_ATTEMPTS; attempt++) {
+    const row = await meterRow(ctx, org);
+    if (!row) throw new Error(`organization ${org} has no storage meter`);
+    if (delta > 0 && row.used_bytes + delta > quota) {
+      throw errors.quotaExceeded(
+        `storage quota of ${quota} bytes for this organization would be exceeded; delete files or raise HANGAR_STORAGE_QUOTA_BYTES`,
+      );
+    }
+    const { add, accountedAt } = accrue(row, new Date());
+    const result = await exec(ctx)
+      .updateTable('storage_usage')
+      .set((eb) => ({ used_bytes: eb('used_bytes', '+', delta), byte_seconds: eb('byte_seconds', '+', add), accounted_at: accountedAt }))
+      .where('org_id', '=', org)
+      .where('used_bytes', '=', row.used_bytes)
+      .where((eb) => (row.accounted_at === null ? eb('accounted_at', 'is', null) : eb('accounted_at', '=', row.accounted_at)))
+      .executeTakeFirst();
+    if (Number(result.numUpdatedRows) > 0) return;
   }
+  throw new AppError('conflict', 'the storage meter is busy; try again');
+}
+
+/**
+ * Takes the organization's workspace byte-seconds up to `until` for billing (inside the caller's transaction): the
+ * total accrued since the last take, which is reset to zero. `from` is when the meter was last brought up to date
+ * before this take (null when it never was).
+ */
+export async function takeStorageByteSeconds(ctx: Ctx, org: string, until: Date): Promise<{ byteSeconds: number; from: string | null }> {
+  for (let attempt = 0; attempt < METER_ATTEMPTS; attempt++) {
+    const row = await meterRow(ctx, org);
+    if (!row) return { byteSeconds: 0, from: null };
+    const { add, accountedAt } = accrue(row, until);
+    const result = await exec(ctx)
+      .updateTable('storage_usage')
+      .set({ byte_seconds: 0, accounted_at: accountedAt })
+      .where('org_id', '=', org)
+      .where('used_bytes', '=', row.used_bytes)
+      .where((eb) => (row.accounted_at === null ? eb('accounted_at', 'is', null) : eb('accounted_at', '=', row.accounted_at)))
+      .executeTakeFirst();
+    if (Number(result.numUpdatedRows) > 0) return { byteSeconds: row.byte_seconds + add, from: row.accounted_at };
+  }
+  throw new AppError('conflict', 'the storage meter is busy; try again');
+}
+
+/** The organizations with a storage meter (for billing's storage charge). */
+export async function storageOrgs(ctx: Ctx): Promise<string[]> {
+  const rows = await exec(ctx).selectFrom('storage_usage').select('org_id').orderBy('org_id').execute();
+  return rows.map((r) => r.org_id);
 }
 
 export async function storageUsage(ctx: Ctx) {

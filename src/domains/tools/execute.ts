@@ -8,6 +8,7 @@ import { EgressError, egressRequest } from '../../platform/http/egress.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
+import { recordUsage, settleAfterCommit } from '../billing/index.js';
 import { toolFetch, toolPolicy, validatorFor } from './catalog.js';
 import { resolveCredentials } from './credentials.js';
 import type { HttpExecution } from './definition.js';
@@ -125,12 +126,15 @@ export interface ExecutionRecord {
 }
 
 /**
- * Records one tool call: the `tool_executions` row (the usage meter) and its `tool.call.completed|failed` activity
- * event, in one transaction. Runs record their sandbox tools through this too.
+ * Records one tool call: the `tool_executions` row, its usage event (a failed call costs nothing) and its
+ * `tool.call.completed|failed` activity event, in one transaction; the event is charged after the commit. Inside
+ * a caller's transaction the charge is left to the billing sweep (it must not be posted before that commit).
+ * Runs record their sandbox tools through this too.
  */
 export async function recordToolExecution(ctx: Ctx, r: ExecutionRecord): Promise<string> {
   const id = prefixedId('tex');
-  await withTx(ctx, async (tx) => {
+  const ownTx = !ctx.trx;
+  const eventId = await withTx(ctx, async (tx) => {
     await repo.insertExecution(tx, {
       id,
       org_id: ctx.principal.orgId!,
@@ -156,7 +160,17 @@ export async function recordToolExecution(ctx: Ctx, r: ExecutionRecord): Promise
       summary: r.errorMessage?.slice(0, 500),
       metadata: { via: r.via, executionId: id, durationMs: r.durationMs, ...(r.errorCode ? { errorCode: r.errorCode } : {}) },
     });
+    return recordUsage(tx, {
+      kind: 'tool_execution',
+      orgId: ctx.principal.orgId!,
+      userId: ctx.principal.userId,
+      sourceId: id,
+      tool: r.tool,
+      succeeded: r.status === 'completed',
+      metadata: { via: r.via, ...(r.runId ? { runId: r.runId } : {}) },
+    });
   });
+  if (ownTx) await settleAfterCommit(ctx.deps, [eventId]);
   return id;
 }
 
