@@ -4,6 +4,7 @@ import { limitParam } from '../../platform/http/pagination.js';
 import type { App } from '../../platform/http/server.js';
 import { CreditBalance, CreditEntry, PlanSummary } from './schemas.js';
 import { getBalance, getPlan, listLedger } from './service.js';
+import { usageRoutes } from './routes-usage.js';
 
 export async function billingRoutes(app: App) {
   app.get(
@@ -52,4 +53,6 @@ export async function billingRoutes(app: App) {
       return page(req, p.items, p);
     },
   );
+
+  await usageRoutes(app);
 }
