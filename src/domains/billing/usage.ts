@@ -43,8 +43,6 @@ interface Group {
   reasoning_tokens: number | string;
   quantity: number | string;
   cost_micros: number | string;
-  active_seconds: number | string;
-  active_cost_micros: number | string;
 }
 
 /** Sums in micro-dollars and counts, built up from groups, then shaped as the API's rows. */
@@ -115,8 +113,6 @@ class RowsBuilder {
           a.sandboxes += n;
           a.recordedSeconds += quantity;
           a.recordedMicros += micros;
-          a.estimatedSeconds += Number(g.active_seconds);
-          a.estimatedMicros += Number(g.active_cost_micros);
           return;
         }
         const bucket = g.state === 'settled' ? this.sandbox.settled : g.state === 'forgiven' ? this.sandbox.forgiven : this.sandbox.pending;
@@ -147,6 +143,13 @@ class RowsBuilder {
         return;
       }
     }
+  }
+
+  /** The running sandboxes' estimate to now (`activeByUser`). */
+  addActive(a: { seconds: number; micros: number } | undefined): void {
+    if (!a) return;
+    this.sandbox.active.estimatedSeconds += a.seconds;
+    this.sandbox.active.estimatedMicros += a.micros;
   }
 
   rows(): UsageRows {
@@ -204,24 +207,16 @@ class RowsBuilder {
   }
 }
 
-/**
- * Seconds since `started_at` at `now` for a running sandbox's event, and its cost at the rate it has recorded so far
- * (cost / seconds; its recorded cost while it has no seconds yet). Dialect SQL: ISO text times in both.
- */
-function activeExpressions(ctx: Ctx, now: string) {
-  const elapsed =
-    ctx.deps.db.dialect === 'postgres'
-      ? sql<number>`greatest(0, extract(epoch from (${now}::timestamptz - started_at::timestamptz)))`
-      : sql<number>`max(0.0, (julianday(${now}) - julianday(started_at)) * 86400.0)`;
-  const pending = sql<boolean>`kind = 'sandbox_runtime' and state = 'pending'`;
-  return {
-    seconds: sql<number>`coalesce(sum(case when ${pending} then ${elapsed} else 0 end), 0)`,
-    cost: sql<number>`coalesce(sum(case when ${pending} then (case when quantity > 0 then cost_micros * ${elapsed} / quantity else cost_micros end) else 0 end), 0)`,
-  };
+/** Seconds since `started_at` at `now` (dialect SQL: ISO text times in both). */
+function elapsedSince(ctx: Ctx, now: string) {
+  return ctx.deps.db.dialect === 'postgres'
+    ? sql<number>`greatest(0, extract(epoch from (${now}::timestamptz - started_at::timestamptz)))`
+    : sql<number>`max(0.0, (julianday(${now}) - julianday(started_at)) * 86400.0)`;
 }
 
-async function groups(ctx: Ctx, org: string, start: string | null, now: string, userId: string | null): Promise<Group[]> {
-  const active = activeExpressions(ctx, now);
+type Scope = { org: string; start: string | null; userId: string | null };
+
+async function groups(ctx: Ctx, s: Scope): Promise<Group[]> {
   // Sandbox ids and storage are not grouped by subject: one group per state whatever the number of sandboxes.
   const subject = sql<string>`case when kind in ('model_tokens', 'tool_execution', 'code_execution') then subject else '' end`;
   let q = exec(ctx)
@@ -239,13 +234,34 @@ async function groups(ctx: Ctx, org: string, start: string | null, now: string, 
       sql<number>`sum(reasoning_tokens)`.as('reasoning_tokens'),
       sql<number>`sum(quantity)`.as('quantity'),
       sql<number>`sum(cost_micros)`.as('cost_micros'),
-      active.seconds.as('active_seconds'),
-      active.cost.as('active_cost_micros'),
     ])
-    .where('org_id', '=', org);
-  if (userId !== null) q = q.where('user_id', '=', userId);
-  if (start !== null) q = q.where('created_at', '>=', start);
+    .where('org_id', '=', s.org);
+  if (s.userId !== null) q = q.where('user_id', '=', s.userId);
+  if (s.start !== null) q = q.where('created_at', '>=', s.start);
   return (await q.groupBy(['user_id', 'kind', subject, 'tier', 'state']).execute()) as Group[];
+}
+
+/**
+ * Running sandboxes (pending runtime events), by user: seconds since each started, and its cost to now at the rate it
+ * has recorded so far (cost / seconds; its recorded cost while it has no seconds yet). A query of its own, so the
+ * main one does no per-row arithmetic.
+ */
+async function activeByUser(ctx: Ctx, s: Scope, now: string): Promise<Map<string | null, { seconds: number; micros: number }>> {
+  const elapsed = elapsedSince(ctx, now);
+  let q = exec(ctx)
+    .selectFrom('usage_events')
+    .select([
+      'user_id',
+      sql<number>`sum(${elapsed})`.as('seconds'),
+      sql<number>`sum(case when quantity > 0 then cost_micros * ${elapsed} / quantity else cost_micros end)`.as('micros'),
+    ])
+    .where('org_id', '=', s.org)
+    .where('state', '=', 'pending')
+    .where('kind', '=', 'sandbox_runtime');
+  if (s.userId !== null) q = q.where('user_id', '=', s.userId);
+  if (s.start !== null) q = q.where('created_at', '>=', s.start);
+  const rows = await q.groupBy('user_id').execute();
+  return new Map(rows.map((r) => [r.user_id, { seconds: Number(r.seconds), micros: Number(r.micros) }]));
 }
 
 /**
@@ -261,10 +277,12 @@ export async function getMyUsage(ctx: Ctx, input: { period: UsagePeriodName; all
   const window = usageWindow(input.period, now);
   const period = { name: window.name, start: window.start, end: window.end };
   const me = ctx.principal.userId;
-  const rows = await groups(ctx, org, window.start, now.toISOString(), input.all ? null : me);
+  const scope: Scope = { org, start: window.start, userId: input.all ? null : me };
+  const [rows, active] = await Promise.all([groups(ctx, scope), activeByUser(ctx, scope, now.toISOString())]);
   if (!input.all) {
     const mine = new RowsBuilder();
     for (const g of rows) mine.add(g);
+    mine.addActive(active.get(me));
     return { period, userId: me, ...mine.rows() };
   }
   const organization = new RowsBuilder();
@@ -275,6 +293,10 @@ export async function getMyUsage(ctx: Ctx, input: { period: UsagePeriodName; all
     const b = byUser.get(g.user_id) ?? new RowsBuilder();
     byUser.set(g.user_id, b);
     b.add(g);
+  }
+  for (const [userId, a] of active) {
+    organization.addActive(a);
+    if (userId !== null) byUser.get(userId)?.addActive(a);
   }
   const profiles = await userProfiles(ctx, [...byUser.keys()]);
   const members = [...byUser.keys()].sort().map((userId) => ({ userId, email: profiles.get(userId)?.email ?? null, ...byUser.get(userId)!.rows() }));
