@@ -5,6 +5,7 @@ import type { App } from '../../platform/http/server.js';
 import { promoRoutes } from './routes-promo.js';
 import { CreditBalance, CreditEntry, PlanSummary } from './schemas.js';
 import { getBalance, getPlan, listLedger } from './service.js';
+import { usageRoutes } from './routes-usage.js';
 
 export async function billingRoutes(app: App) {
   app.get(
@@ -55,4 +56,5 @@ export async function billingRoutes(app: App) {
   );
 
   await promoRoutes(app);
+  await usageRoutes(app);
 }
