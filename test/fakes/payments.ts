@@ -126,7 +126,11 @@ export async function startPaymentsFake(opts: PaymentsFakeOptions): Promise<Paym
         : Stripe.webhooks.generateTestHeaderString({ payload, secret: o.secret ?? opts.webhookSecret, timestamp: o.timestamp ?? now() });
     const res = await fetch(fake.webhookUrl, {
       method: 'POST',
-      headers: { 'content-type': 'application/json; charset=utf-8', 'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)', ...(signature ? { 'stripe-signature': signature } : {}) },
+      headers: {
+        'content-type': 'application/json; charset=utf-8',
+        'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)',
+        ...(signature ? { 'stripe-signature': signature } : {}),
+      },
       body: payload,
     });
     return { status: res.status, body: await res.text() };
@@ -141,7 +145,15 @@ export async function startPaymentsFake(opts: PaymentsFakeOptions): Promise<Paym
 
   function route(method: string, path: string, body: Obj, res: http.ServerResponse): Delivery {
     if (method === 'POST' && path === '/v1/customers') {
-      const c = { id: id('cus'), object: 'customer', created: now(), description: body.description ?? null, email: body.email ?? null, metadata: body.metadata ?? {}, livemode: false };
+      const c = {
+        id: id('cus'),
+        object: 'customer',
+        created: now(),
+        description: body.description ?? null,
+        email: body.email ?? null,
+        metadata: body.metadata ?? {},
+        livemode: false,
+      };
       customers.set(c.id, c);
       return send(res, 200, c);
     }
@@ -222,8 +234,17 @@ export async function startPaymentsFake(opts: PaymentsFakeOptions): Promise<Paym
       }
       if (declineNext) {
         declineNext = false;
-        const err = { type: 'card_error', code: 'card_declined', decline_code: 'insufficient_funds', message: 'Your card has insufficient funds.', charge: id('ch') };
-        Object.assign(p, { status: 'requires_payment_method', last_payment_error: { ...err, payment_method: { id: p.payment_method, object: 'payment_method' } } });
+        const err = {
+          type: 'card_error',
+          code: 'card_declined',
+          decline_code: 'insufficient_funds',
+          message: 'Your card has insufficient funds.',
+          charge: id('ch'),
+        };
+        Object.assign(p, {
+          status: 'requires_payment_method',
+          last_payment_error: { ...err, payment_method: { id: p.payment_method, object: 'payment_method' } },
+        });
         intents.set(p.id, p);
         inBackground(makeEvent('payment_intent.payment_failed', p));
         return error(res, 402, { ...err, doc_url: 'https://stripe.com/docs/error-codes/card-declined', payment_intent: p });
@@ -284,7 +305,8 @@ export async function startPaymentsFake(opts: PaymentsFakeOptions): Promise<Paym
       if (s.status !== 'open') throw new Error(`session ${sessionId} is ${s.status}`);
       const pm = id('pm');
       const customer = s.customer ? customers.get(s.customer) : undefined;
-      if (customer && s._payment_intent_data?.setup_future_usage === 'off_session') customer._payment_methods = [...(customer._payment_methods ?? []), pm];
+      if (customer && s._payment_intent_data?.setup_future_usage === 'off_session')
+        customer._payment_methods = [...(customer._payment_methods ?? []), pm];
       const p = {
         id: id('pi'),
         object: 'payment_intent',

@@ -40,10 +40,16 @@ describe('top-ups and auto top-up through the payment provider', () => {
     await fake?.close();
   });
 
-  const call = (actor: { headers: Record<string, string> }, method: 'GET' | 'POST' | 'PUT', url: string, payload?: unknown, extra: Record<string, string> = {}) =>
-    h.app.inject({ method, url, headers: { ...actor.headers, ...extra }, ...(payload === undefined ? {} : { payload: payload as object }) });
+  const call = (
+    actor: { headers: Record<string, string> },
+    method: 'GET' | 'POST' | 'PUT',
+    url: string,
+    payload?: unknown,
+    extra: Record<string, string> = {},
+  ) => h.app.inject({ method, url, headers: { ...actor.headers, ...extra }, ...(payload === undefined ? {} : { payload: payload as object }) });
   const balance = async (actor: Actor) => json(await call(actor, 'GET', '/v1/billing/credits')).data.balanceMicros as number;
-  const ledgerKinds = async (actor: Actor) => (json(await call(actor, 'GET', '/v1/billing/credits/history')).data as { kind: string; amountCents: number }[]);
+  const ledgerKinds = async (actor: Actor) =>
+    json(await call(actor, 'GET', '/v1/billing/credits/history')).data as { kind: string; amountCents: number }[];
   const topup = async (actor: Actor, amountCents: number, key?: string) => {
     const res = await call(actor, 'POST', '/v1/billing/topup', { amountCents }, key ? { 'idempotency-key': key } : {});
     expect(res.statusCode, res.body).toBe(201);
@@ -91,7 +97,14 @@ describe('top-ups and auto top-up through the payment provider', () => {
 
     const again = await success(admin, t.sessionId);
     expect(again.statusCode, again.body).toBe(200);
-    expect(json(again).data).toEqual({ id: t.id, sessionId: t.sessionId, amountCents: 1500, status: 'completed', creditedNow: false, balanceCents: (before + 1500 * MICROS_PER_CENT) / MICROS_PER_CENT });
+    expect(json(again).data).toEqual({
+      id: t.id,
+      sessionId: t.sessionId,
+      amountCents: 1500,
+      status: 'completed',
+      creditedNow: false,
+      balanceCents: (before + 1500 * MICROS_PER_CENT) / MICROS_PER_CENT,
+    });
     expect(await balance(admin)).toBe(before + 1500 * MICROS_PER_CENT);
 
     // Paying saved the card; the second top-up reuses the customer.
@@ -232,7 +245,14 @@ describe('top-ups and auto top-up through the payment provider', () => {
     const ctx = systemCtx(h.deps, { userId: 'system', orgId: org, role: null, scopes: new Set(), apiKeyId: null });
     const posted = await withTx(ctx, (tx) =>
       postEntries(tx, [
-        { id: prefixedId('led'), orgId: org, kind: 'usage_charge', amountMicros: -cents * MICROS_PER_CENT, idempotencyKey: `test:${prefixedId('k')}`, description: 'Test charge' },
+        {
+          id: prefixedId('led'),
+          orgId: org,
+          kind: 'usage_charge',
+          amountMicros: -cents * MICROS_PER_CENT,
+          idempotencyKey: `test:${prefixedId('k')}`,
+          description: 'Test charge',
+        },
       ]),
     );
     await runAfterCharge(h.deps, posted.accounts);
@@ -266,7 +286,14 @@ describe('top-ups and auto top-up through the payment provider', () => {
     await fake.pay(t.sessionId);
     const put = await call(owner, 'PUT', '/v1/billing/auto-topup', { enabled: true, thresholdCents: 1000, topupAmountCents: 2000 });
     expect(put.statusCode, put.body).toBe(200);
-    expect(json(put).data).toEqual({ enabled: true, thresholdCents: 1000, topupAmountCents: 2000, paymentMethodSaved: true, consecutiveFailures: 0, pendingTopupId: null });
+    expect(json(put).data).toEqual({
+      enabled: true,
+      thresholdCents: 1000,
+      topupAmountCents: 2000,
+      paymentMethodSaved: true,
+      consecutiveFailures: 0,
+      pendingTopupId: null,
+    });
     await expectActivity(h, owner, { eventType: 'billing.auto_topup.updated', metadata: { enabled: true, thresholdCents: 1000 } });
 
     const start = await balance(owner); // 500 sign-up + 1000 top-up = 1500 cents
@@ -322,7 +349,12 @@ describe('top-ups without a payment provider, and with billing off', () => {
   let admin: Actor;
   beforeAll(async () => {
     h = await createHarness();
-    off = await createHarness({ HANGAR_BILLING: 'off', HANGAR_STRIPE_SECRET_KEY: SECRET_KEY, HANGAR_STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET, HANGAR_STRIPE_API_URL: 'http://127.0.0.1:9' });
+    off = await createHarness({
+      HANGAR_BILLING: 'off',
+      HANGAR_STRIPE_SECRET_KEY: SECRET_KEY,
+      HANGAR_STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
+      HANGAR_STRIPE_API_URL: 'http://127.0.0.1:9',
+    });
     admin = await createOrgAdmin(h);
   });
   afterAll(async () => {
@@ -344,9 +376,19 @@ describe('top-ups without a payment provider, and with billing off', () => {
     const get = await h.app.inject({ method: 'GET', url: '/v1/billing/auto-topup', headers: admin.headers });
     expect(get.statusCode).toBe(200);
     expect(json(get).data.enabled).toBe(false);
-    const disable = await h.app.inject({ method: 'PUT', url: '/v1/billing/auto-topup', headers: admin.headers, payload: { enabled: false, thresholdCents: 0, topupAmountCents: 1000 } });
+    const disable = await h.app.inject({
+      method: 'PUT',
+      url: '/v1/billing/auto-topup',
+      headers: admin.headers,
+      payload: { enabled: false, thresholdCents: 0, topupAmountCents: 1000 },
+    });
     expect(disable.statusCode).toBe(200);
-    const hook = await h.app.inject({ method: 'POST', url: '/v1/billing/webhooks/payments', headers: { 'content-type': 'application/json' }, payload: '{}' });
+    const hook = await h.app.inject({
+      method: 'POST',
+      url: '/v1/billing/webhooks/payments',
+      headers: { 'content-type': 'application/json' },
+      payload: '{}',
+    });
     expect(hook.statusCode).toBe(409);
   });
 

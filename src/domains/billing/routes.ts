@@ -3,7 +3,17 @@ import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform
 import { limitParam } from '../../platform/http/pagination.js';
 import type { App } from '../../platform/http/server.js';
 import type { Deps } from '../../platform/context.js';
-import { AutoTopupBody, AutoTopupSettings, CreditBalance, CreditEntry, PlanSummary, TopupBody, TopupCheckout, TopupCompletion, WebhookAck } from './schemas.js';
+import {
+  AutoTopupBody,
+  AutoTopupSettings,
+  CreditBalance,
+  CreditEntry,
+  PlanSummary,
+  TopupBody,
+  TopupCheckout,
+  TopupCompletion,
+  WebhookAck,
+} from './schemas.js';
 import { getBalance, getPlan, listLedger } from './service.js';
 import { completeCheckout, getAutoTopup, putAutoTopup, receivePaymentEvent, startTopup } from './topups.js';
 

@@ -38,7 +38,10 @@ export function paymentsOf(deps: Deps): PaymentProvider {
 /** Top-ups need billing on and a provider. */
 function requirePayments(ctx: Ctx): PaymentProvider {
   if (!ctx.deps.config.billing.enabled)
-    throw new AppError('conflict', 'billing is off on this server (HANGAR_BILLING=off): usage is reported but never charged, so there are no credits to buy');
+    throw new AppError(
+      'conflict',
+      'billing is off on this server (HANGAR_BILLING=off): usage is reported but never charged, so there are no credits to buy',
+    );
   return paymentsOf(ctx.deps);
 }
 
@@ -97,7 +100,13 @@ export async function startTopup(ctx: Ctx, input: { amountCents: number; idempot
   const key = input.idempotencyKey ?? null;
   if (key !== null && !IDEMPOTENCY_KEY.test(key)) throw errors.invalidField('headers.idempotency-key', 'must be 1 to 255 printable ASCII characters');
   const byKey = (c: Ctx) =>
-    exec(c).selectFrom('topups').selectAll().where('org_id', '=', org).where('idempotency_key', '=', key!).where('kind', '=', 'checkout').executeTakeFirst();
+    exec(c)
+      .selectFrom('topups')
+      .selectAll()
+      .where('org_id', '=', org)
+      .where('idempotency_key', '=', key!)
+      .where('kind', '=', 'checkout')
+      .executeTakeFirst();
   if (key !== null) {
     const existing = await byKey(ctx);
     if (existing) return checkoutOf(existing);
@@ -211,7 +220,12 @@ async function creditCheckoutTx(tx: Ctx, session: CheckoutSession, paymentMethod
   ]);
   if (posted.inserted.length === 0) return false;
   const now = nowIso();
-  await exec(tx).updateTable('topups').set({ status: 'completed', completed_at: now, updated_at: now, url: null }).where('id', '=', row.id).where('org_id', '=', org).execute();
+  await exec(tx)
+    .updateTable('topups')
+    .set({ status: 'completed', completed_at: now, updated_at: now, url: null })
+    .where('id', '=', row.id)
+    .where('org_id', '=', org)
+    .execute();
   if (paymentMethodId) {
     await exec(tx).updateTable('billing_accounts').set({ payment_method_id: paymentMethodId, updated_at: now }).where('org_id', '=', org).execute();
   }
@@ -254,7 +268,13 @@ export async function completeCheckout(ctx: Ctx, sessionId: string): Promise<Top
   requireScope(ctx, 'billing:write');
   const org = orgId(ctx);
   const provider = requirePayments(ctx);
-  const row = await exec(ctx).selectFrom('topups').selectAll().where('org_id', '=', org).where('provider_ref', '=', sessionId).where('kind', '=', 'checkout').executeTakeFirst();
+  const row = await exec(ctx)
+    .selectFrom('topups')
+    .selectAll()
+    .where('org_id', '=', org)
+    .where('provider_ref', '=', sessionId)
+    .where('kind', '=', 'checkout')
+    .executeTakeFirst();
   if (!row) throw errors.notFound('checkout session', sessionId);
   const session = await provider.getCheckout(sessionId);
   if (!session || session.orgId !== org) throw errors.notFound('checkout session', sessionId);
@@ -308,7 +328,13 @@ async function expireCheckoutTx(tx: Ctx, session: CheckoutSession): Promise<void
 
 /** Credits a succeeded auto top-up's payment once: the ledger entry keyed by the payment, failures reset. */
 async function completeAutoTopupTx(tx: Ctx, org: string, topupId: string, intent: PaymentIntentInfo): Promise<boolean> {
-  const row = await exec(tx).selectFrom('topups').selectAll().where('org_id', '=', org).where('id', '=', topupId).where('kind', '=', 'auto').executeTakeFirst();
+  const row = await exec(tx)
+    .selectFrom('topups')
+    .selectAll()
+    .where('org_id', '=', org)
+    .where('id', '=', topupId)
+    .where('kind', '=', 'auto')
+    .executeTakeFirst();
   if (!row) return false;
   const cents = intent.amount;
   const posted = await postEntries(tx, [
@@ -408,6 +434,12 @@ async function failAutoTopupTx(tx: Ctx, org: string, topupId: string, intentId: 
   }
 }
 
+function orgOfEvent(e: PaymentEvent): string | null {
+  if ('session' in e) return e.session.orgId;
+  if ('intent' in e) return e.intent.orgId;
+  return null;
+}
+
 /**
  * The provider's webhook: the signature is checked over the raw body, the event id is recorded in the same
  * transaction as what it changes (a replay is acknowledged and does nothing). Returns whether it was a replay.
@@ -417,7 +449,7 @@ export async function receivePaymentEvent(deps: Deps, rawBody: Buffer, signature
   const event = provider.verifyWebhook(rawBody, signature);
   const seen = await deps.db.kysely.selectFrom('payment_events').select('id').where('id', '=', event.id).executeTakeFirst();
   if (seen) return { duplicate: true };
-  const org = event.type === 'other' ? null : event.type.startsWith('checkout.') ? (event as { session: CheckoutSession }).session.orgId : (event as { intent: PaymentIntentInfo }).intent.orgId;
+  const org = orgOfEvent(event);
   const ctx = billingCtx(deps, org ?? 'none');
   let work: (tx: Ctx) => Promise<unknown> = async () => undefined;
   switch (event.type) {
@@ -491,17 +523,23 @@ export async function getAutoTopup(ctx: Ctx): Promise<AutoTopupSettings> {
  * Sets auto top-up. Turning it on needs payments configured and a saved card (a first top-up saves one), and
  * resets the failures in a row; if the balance is already at or below the threshold, a top-up starts at once.
  */
-export async function putAutoTopup(ctx: Ctx, input: { enabled: boolean; thresholdCents: number; topupAmountCents: number }): Promise<AutoTopupSettings> {
+export async function putAutoTopup(
+  ctx: Ctx,
+  input: { enabled: boolean; thresholdCents: number; topupAmountCents: number },
+): Promise<AutoTopupSettings> {
   requireScope(ctx, 'billing:write');
   const org = orgId(ctx);
   checkAmount(ctx, 'body.topupAmountCents', input.topupAmountCents);
-  if (!Number.isInteger(input.thresholdCents) || input.thresholdCents < 0) throw errors.invalidField('body.thresholdCents', 'must be a whole number of cents, 0 or more');
+  if (!Number.isInteger(input.thresholdCents) || input.thresholdCents < 0)
+    throw errors.invalidField('body.thresholdCents', 'must be a whole number of cents, 0 or more');
   if (input.enabled) requirePayments(ctx);
   await withTx(ctx, async (tx) => {
     await ensureAccount(tx, org);
     const acc = await accountRow(tx, org);
     if (input.enabled && !acc?.payment_method_id)
-      throw errors.conflict('auto top-up needs a saved card: make a first top-up with POST /v1/billing/topup; paying it saves the card for auto top-up');
+      throw errors.conflict(
+        'auto top-up needs a saved card: make a first top-up with POST /v1/billing/topup; paying it saves the card for auto top-up',
+      );
     const now = nowIso();
     await exec(tx)
       .updateTable('billing_accounts')

@@ -11,7 +11,7 @@ export const PLANNED: readonly { prefix: string; feature: string }[] = [
   { prefix: '/v1/aip/sessions', feature: 'context sessions' },
   { prefix: '/v1/workflows', feature: 'workflow triggers' },
   { prefix: '/v1/triggers', feature: 'webhook triggers' },
-  { prefix: '/v1/billing', feature: 'this billing route (only credits and credit history are available)' },
+  { prefix: '/v1/billing', feature: 'this billing route' },
 ];
 
 export function plannedFeature(path: string): string | undefined {
