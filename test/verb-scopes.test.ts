@@ -3,6 +3,7 @@ import { listActivity } from '../src/domains/activity/service.js';
 import { installAgent } from '../src/domains/agents/installable.js';
 import { createAgent, findAgentRow } from '../src/domains/agents/service.js';
 import { getBalance } from '../src/domains/billing/service.js';
+import { completeCheckout, getAutoTopup, putAutoTopup, startTopup } from '../src/domains/billing/topups.js';
 import { executeCode } from '../src/domains/execute/service.js';
 import { createApiKey, listApiKeys } from '../src/domains/identity/service.js';
 import { availableModels } from '../src/domains/models/service.js';
@@ -174,6 +175,10 @@ describe('verbs check their scope, whoever calls them', () => {
   it('activity, billing, models and execute', async () => {
     await expectForbidden('activity:read', (ctx) => listActivity(ctx, { limit: 10 } as never));
     await expectForbidden('billing:read', (ctx) => getBalance(ctx));
+    await expectForbidden('billing:read', (ctx) => getAutoTopup(ctx));
+    await expectForbidden('billing:write', (ctx) => startTopup(ctx, { amountCents: 1000 }));
+    await expectForbidden('billing:write', (ctx) => completeCheckout(ctx, 'cs_test_x'));
+    await expectForbidden('billing:write', (ctx) => putAutoTopup(ctx, { enabled: false, thresholdCents: 0, topupAmountCents: 1000 }));
     await expectForbidden('models:use', (ctx) => availableModels(ctx));
     await expectForbidden('execute:run', (ctx) => executeCode(ctx, null as never, { language: 'python', code: 'print(1)' } as never));
   });

@@ -69,3 +69,65 @@ export const PromoRedemption = z
     balanceCents: z.number().int().describe('The balance after the credits were added (whole cents, rounded down)'),
   })
   .meta({ id: 'PromoRedemption' });
+
+const cents = (field: string) =>
+  z
+    .number({ error: `${field} must be a number of US cents` })
+    .int({ error: `${field} must be a whole number of cents` })
+    .min(0, { error: `${field} must not be negative` })
+    .max(100_000_000, { error: `${field} must be at most 100000000 cents` });
+
+export const TopupBody = z
+  .object({
+    amountCents: cents('amountCents')
+      .min(1, { error: 'amountCents must be a positive whole number of cents' })
+      .describe('Whole US cents, within the server’s top-up minimum and maximum (HANGAR_BILLING_TOPUP_MIN_CENTS / MAX_CENTS)'),
+  })
+  .meta({ id: 'TopupBody' });
+export type TopupBody = z.infer<typeof TopupBody>;
+
+export const TopupStatus = z.enum(['pending', 'completed', 'failed', 'expired']);
+
+export const TopupCheckout = z
+  .object({
+    id: z.string(),
+    checkoutUrl: z.string().nullable().describe('Where the browser pays; null once the checkout is over'),
+    sessionId: z.string().describe('The payment provider’s checkout session id'),
+    amountCents: z.number().int(),
+    status: TopupStatus,
+    expiresAt: z.string().optional().describe('When the checkout expires unpaid (on the answer that created it)'),
+  })
+  .meta({ id: 'TopupCheckout' });
+
+export const TopupCompletion = z
+  .object({
+    id: z.string(),
+    sessionId: z.string(),
+    amountCents: z.number().int(),
+    status: z.literal('completed'),
+    creditedNow: z.boolean().describe('false when the credits were already added (by the provider’s webhook or an earlier return)'),
+    balanceCents: z.number().int(),
+  })
+  .meta({ id: 'TopupCompletion' });
+
+export const AutoTopupBody = z
+  .object({
+    enabled: z.boolean({ error: 'enabled must be true or false' }),
+    thresholdCents: cents('thresholdCents').describe('A top-up starts when the balance is at or below this'),
+    topupAmountCents: cents('topupAmountCents').describe('Charged to the saved card each time; within the top-up minimum and maximum'),
+  })
+  .meta({ id: 'AutoTopupBody' });
+export type AutoTopupBody = z.infer<typeof AutoTopupBody>;
+
+export const AutoTopupSettings = z
+  .object({
+    enabled: z.boolean(),
+    thresholdCents: z.number().int(),
+    topupAmountCents: z.number().int(),
+    paymentMethodSaved: z.boolean().describe('A card saved by a paid top-up; auto top-up needs one'),
+    consecutiveFailures: z.number().int().describe('Declines in a row; at 3 auto top-up turns itself off'),
+    pendingTopupId: z.string().nullable().describe('The auto top-up being paid now, if any'),
+  })
+  .meta({ id: 'AutoTopupSettings' });
+
+export const WebhookAck = z.object({ received: z.literal(true), duplicate: z.boolean() }).meta({ id: 'PaymentWebhookAck' });
