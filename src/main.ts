@@ -3,7 +3,7 @@ import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createApiKey, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
 import { bootstrapOrganization, firstMembership } from './domains/organizations/index.js';
-import { createPromoCode, listPromoCodes, type PromoCode } from './domains/billing/index.js';
+import { assignPlan, createPromoCode, listPlans, listPromoCodes, type PromoCode } from './domains/billing/index.js';
 import { allThreadIds, rebuildThread } from './domains/threads/index.js';
 import { systemCtx, type Deps } from './platform/context.js';
 import { AppError } from './platform/http/errors.js';
@@ -21,6 +21,8 @@ Commands:
   promo create --credits CENTS --max-redemptions N [--expires ISO|YYYY-MM-DD] [--code CODE] [--json]
                                                                a promo code organizations redeem for credits
   promo list [--json]                                          every promo code and its redemptions
+  plans list [--json]                                          the plans this server offers (built-in free + HANGAR_BILLING_PLANS_FILE)
+  plans assign --org ID --plan PLAN [--json]                   put an organization on a plan
 
 Configuration comes from the environment: see README.md.`;
 
@@ -163,6 +165,23 @@ async function promoList(config: Config, opts: { json: boolean }) {
   });
 }
 
+async function plansList(config: Config, opts: { json: boolean }) {
+  await withDeps(config, async (deps) => {
+    const plans = listPlans(deps);
+    if (opts.json) console.log(JSON.stringify(plans));
+    else for (const p of plans) console.log(`${p.id}  ${p.name}: ${p.includedMonthlyCents} cents included per month`);
+  });
+}
+
+async function plansAssign(config: Config, opts: { org?: string; plan?: string; json: boolean }) {
+  if (!opts.org || !opts.plan) throw new CliError('usage: hangar plans assign --org ID --plan PLAN [--json]');
+  await withDeps(config, async (deps) => {
+    const res = await assignPlan(deps, { orgId: opts.org!, plan: opts.plan! });
+    if (opts.json) console.log(JSON.stringify(res));
+    else console.log(`${res.orgId}: plan ${res.previous} -> ${res.plan}`);
+  });
+}
+
 /** Rebuilds the SQL projection of one thread's (or every thread's) events from its JSONL, the source of truth. */
 async function threadsRebuild(config: Config, opts: { thread?: string; json: boolean }) {
   await withDeps(config, async (deps) => {
@@ -178,7 +197,7 @@ async function threadsRebuild(config: Config, opts: { thread?: string; json: boo
 async function main(argv: string[]) {
   if (argv[0] === '--help' || argv[0] === '-h') argv = ['help'];
   const [command, ...rest] = argv;
-  const sub = command === 'keys' || command === 'threads' || command === 'promo' ? rest.shift() : undefined;
+  const sub = command === 'keys' || command === 'threads' || command === 'promo' || command === 'plans' ? rest.shift() : undefined;
   const { values } = parseArgs({
     args: rest,
     options: {
@@ -196,6 +215,7 @@ async function main(argv: string[]) {
       'max-redemptions': { type: 'string' },
       expires: { type: 'string' },
       code: { type: 'string' },
+      plan: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -236,6 +256,10 @@ async function main(argv: string[]) {
       throw new CliError(
         'usage: hangar promo create --credits CENTS --max-redemptions N [--expires ISO|YYYY-MM-DD] [--code CODE] [--json] | hangar promo list [--json]',
       );
+    case 'plans':
+      if (sub === 'list') return plansList(config, { json: values.json! });
+      if (sub === 'assign') return plansAssign(config, { org: values.org, plan: values.plan, json: values.json! });
+      throw new CliError('usage: hangar plans list [--json] | hangar plans assign --org ID --plan PLAN [--json]');
     default:
       throw new CliError(`unknown command "${command}"\n\n${USAGE}`);
   }

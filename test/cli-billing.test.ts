@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -91,5 +91,54 @@ describe('hangar promo', () => {
       expect(res.stderr).toMatch(message);
       expect(res.stdout).toBe('');
     }
+  }, 600_000);
+});
+
+describe('hangar plans', () => {
+  let env: Record<string, string>;
+  let dataDir: string;
+  const schema = `cli_plans_${randomBytes(5).toString('hex')}`;
+
+  beforeAll(() => {
+    dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-cli-plans-'));
+    const plansFile = path.join(dataDir, 'plans.json');
+    writeFileSync(plansFile, JSON.stringify({ plans: [{ id: 'team', name: 'Team', includedMonthlyCents: 3000 }] }));
+    env = { ...(process.env as Record<string, string>), HANGAR_DATA_DIR: dataDir, LOG_LEVEL: 'silent', HANGAR_BILLING_PLANS_FILE: plansFile };
+    delete env.DATABASE_URL;
+    delete env.HANGAR_SECRET_KEY;
+    if (testDatabaseUrl) env.DATABASE_URL = `${testDatabaseUrl}?schema=${schema}`;
+  });
+  afterAll(async () => {
+    rmSync(dataDir, { recursive: true, force: true });
+    if (testDatabaseUrl) {
+      const client = new pg.Client({ connectionString: testDatabaseUrl });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await client.end();
+    }
+  });
+
+  const run = (args: string[]) => spawnSync(process.execPath, [BIN, ...args], { env, encoding: 'utf8', timeout: 120_000 });
+
+  it('lists the plans and puts an organization on one; an unknown plan is refused, changing nothing', () => {
+    const init = run(['init', '--json']);
+    expect(init.status, init.stderr).toBe(0);
+    const { orgId } = JSON.parse(init.stdout);
+
+    const list = run(['plans', 'list', '--json']);
+    expect(list.status, list.stderr).toBe(0);
+    expect(JSON.parse(list.stdout).map((p: { id: string }) => p.id)).toEqual(['free', 'team']);
+
+    const bad = run(['plans', 'assign', '--org', orgId, '--plan', 'gold']);
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toContain('no plan "gold"');
+
+    const assigned = run(['plans', 'assign', '--org', orgId, '--plan', 'team']);
+    expect(assigned.status, assigned.stderr).toBe(0);
+    expect(assigned.stdout.trim()).toBe(`${orgId}: plan free -> team`);
+
+    const usage = run(['plans', 'assign', '--plan', 'team']);
+    expect(usage.status).not.toBe(0);
+    expect(usage.stderr).toContain('usage: hangar plans assign');
   }, 600_000);
 });
