@@ -20,8 +20,9 @@ import { parseArgs } from 'node:util';
 import { createUser } from '../src/domains/identity/index.js';
 import { addMember } from '../src/domains/organizations/index.js';
 import { settleUsage } from '../src/domains/billing/index.js';
+import { rollUp, type FinalEvent } from '../src/domains/billing/meter.js';
 import { periodOf } from '../src/domains/billing/plans.js';
-import { systemCtx } from '../src/platform/context.js';
+import { systemCtx, withTx } from '../src/platform/context.js';
 import { ROLE_SCOPES } from '../src/platform/scopes.js';
 import type { Insertable } from 'kysely';
 import type { UsageEventsTable } from '../src/database.js';
@@ -203,6 +204,9 @@ async function seedReport(h: Harness, admin: Actor, members: number, total: numb
       );
   }
   await insertEvents(h, rows);
+  // The final events' daily sums, as the settling (or forgiving) transaction writes them in the product.
+  const final = rows.filter((r) => r.state === 'settled' || r.state === 'forgiven') as FinalEvent[];
+  for (let i = 0; i < final.length; i += 5000) await withTx({ ...ctx }, (tx) => rollUp(tx, final.slice(i, i + 5000)));
 }
 
 /** CPU ms of this process (Hangar and the client) per request, by URL. */

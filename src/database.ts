@@ -176,6 +176,25 @@ export interface UsageEventsTable {
   updated_at: string;
 }
 
+/** Daily sums of final usage events (settled, forgiven), kept in the transaction that makes an event final. */
+export interface UsageRollupsTable {
+  org_id: string;
+  day: string;
+  /** '' : no user. */
+  user_id: string;
+  kind: UsageKind;
+  subject: string;
+  tier: 'platform' | 'byok';
+  state: 'settled' | 'forgiven';
+  events: number;
+  input_tokens: number;
+  output_tokens: number;
+  cached_input_tokens: number;
+  reasoning_tokens: number;
+  quantity: number;
+  cost_micros: number;
+}
+
 export interface TopupsTable {
   id: string;
   org_id: string;
@@ -588,6 +607,7 @@ export interface Database {
   installable_agent_installs: InstallableAgentInstallsTable;
   billing_accounts: BillingAccountsTable;
   usage_events: UsageEventsTable;
+  usage_rollups: UsageRollupsTable;
   topups: TopupsTable;
   payment_events: PaymentEventsTable;
   promo_codes: PromoCodesTable;

@@ -19,6 +19,7 @@ const OWNER: Record<string, string> = {
   credit_ledger: 'billing',
   billing_accounts: 'billing',
   usage_events: 'billing',
+  usage_rollups: 'billing',
   topups: 'billing',
   payment_events: 'billing',
   promo_codes: 'billing',

@@ -11,13 +11,15 @@
  * events settled without a ledger entry.
  */
 import { sql } from 'kysely';
-import type { UsageKind } from '../../database.js';
+import type { UsageKind, UsageRollupsTable } from '../../database.js';
 import { recordActivity } from '../activity/index.js';
 import { exec, systemCtx, type Ctx, type Deps } from '../../platform/context.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { accountRow, ensureAccount, MICROS_PER_CENT, postEntries, type AccountAfter, type LedgerEntryInput } from './ledger.js';
 import { GIB, MONTH_SECONDS, periodOf, planById, roundMicros, type Plan } from './plans.js';
+
+type UsageRollupsRow = UsageRollupsTable;
 
 export interface ModelPricing {
   inputPerMTok: number;
@@ -220,6 +222,98 @@ export async function grantPeriodCredits(ctx: Ctx, org: string, at = new Date())
   return accounts;
 }
 
+/** What the daily sums need of an event. */
+export const ROLLED_COLUMNS = [
+  'id',
+  'org_id',
+  'user_id',
+  'kind',
+  'subject',
+  'tier',
+  'input_tokens',
+  'output_tokens',
+  'cached_input_tokens',
+  'reasoning_tokens',
+  'quantity',
+  'cost_micros',
+  'created_at',
+] as const;
+
+export interface FinalEvent {
+  org_id: string;
+  user_id: string | null;
+  kind: UsageKind;
+  subject: string;
+  tier: 'platform' | 'byok';
+  state: 'settled' | 'forgiven';
+  input_tokens: number;
+  output_tokens: number;
+  cached_input_tokens: number;
+  reasoning_tokens: number;
+  quantity: number;
+  cost_micros: number;
+  created_at: string;
+}
+
+/** How the usage rows group a kind's events: by model, tool or language; sandbox runtime and storage as one. */
+export const groupSubject = (kind: UsageKind, subject: string): string =>
+  kind === 'model_tokens' || kind === 'tool_execution' || kind === 'code_execution' ? subject : '';
+
+/**
+ * Adds events that just became final (settled or forgiven: they never change again) to the daily sums, in the
+ * transaction that made them final, so the sums hold each final event exactly once.
+ */
+export async function rollUp(ctx: Ctx, events: readonly FinalEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  const buckets = new Map<string, UsageRollupsRow>();
+  for (const e of events) {
+    const row: UsageRollupsRow = {
+      org_id: e.org_id,
+      day: e.created_at.slice(0, 10),
+      user_id: e.user_id ?? '',
+      kind: e.kind,
+      subject: groupSubject(e.kind, e.subject),
+      tier: e.tier,
+      state: e.state,
+      events: 0,
+      input_tokens: 0,
+      output_tokens: 0,
+      cached_input_tokens: 0,
+      reasoning_tokens: 0,
+      quantity: 0,
+      cost_micros: 0,
+    };
+    const key = [row.org_id, row.day, row.user_id, row.kind, row.subject, row.tier, row.state].join('\u0000');
+    const b = buckets.get(key) ?? row;
+    buckets.set(key, b);
+    b.events += 1;
+    b.input_tokens += Number(e.input_tokens);
+    b.output_tokens += Number(e.output_tokens);
+    b.cached_input_tokens += Number(e.cached_input_tokens);
+    b.reasoning_tokens += Number(e.reasoning_tokens);
+    b.quantity += Number(e.quantity);
+    b.cost_micros += Number(e.cost_micros);
+  }
+  const rows = [...buckets.values()];
+  for (let i = 0; i < rows.length; i += 200) {
+    await exec(ctx)
+      .insertInto('usage_rollups')
+      .values(rows.slice(i, i + 200))
+      .onConflict((oc) =>
+        oc.columns(['org_id', 'day', 'user_id', 'kind', 'subject', 'tier', 'state']).doUpdateSet({
+          events: sql<number>`usage_rollups.events + excluded.events`,
+          input_tokens: sql<number>`usage_rollups.input_tokens + excluded.input_tokens`,
+          output_tokens: sql<number>`usage_rollups.output_tokens + excluded.output_tokens`,
+          cached_input_tokens: sql<number>`usage_rollups.cached_input_tokens + excluded.cached_input_tokens`,
+          reasoning_tokens: sql<number>`usage_rollups.reasoning_tokens + excluded.reasoning_tokens`,
+          quantity: sql<number>`usage_rollups.quantity + excluded.quantity`,
+          cost_micros: sql<number>`usage_rollups.cost_micros + excluded.cost_micros`,
+        }),
+      )
+      .execute();
+  }
+}
+
 const DESCRIBE: Record<UsageKind, (subject: string) => string> = {
   model_tokens: (s) => `Model tokens: ${s}`,
   tool_execution: (s) => `Tool call: ${s}`,
@@ -239,7 +333,7 @@ export async function settleUsage(deps: Deps, opts: { ids?: readonly string[]; o
   const charging = deps.config.billing.enabled;
   const { settled, accounts } = await deps.db.kysely.transaction().execute(async (trx) => {
     const tx: Ctx = { ...ctx, trx };
-    let q = trx.selectFrom('usage_events').select(['id', 'org_id', 'user_id', 'kind', 'subject', 'cost_micros']).where('state', '=', 'due');
+    let q = trx.selectFrom('usage_events').select(ROLLED_COLUMNS).where('state', '=', 'due');
     if (opts.ids) q = q.where('id', 'in', opts.ids as string[]);
     if (opts.orgId) q = q.where('org_id', '=', opts.orgId);
     const due = await q
@@ -275,22 +369,33 @@ export async function settleUsage(deps: Deps, opts: { ids?: readonly string[]; o
     const posted = await postEntries(tx, entries);
     for (const a of posted.accounts) changed.set(a.orgId, a);
     const now = nowIso();
+    // RETURNING says which events this transaction moved (another replica may have settled some meanwhile):
+    // exactly those go into the daily sums.
+    const moved = new Set<string>();
     for (let i = 0; i < charged.length; i += 400) {
-      await trx
+      const rows = await trx
         .updateTable('usage_events')
         .set({ state: 'settled', ledger_entry_id: sql<string>`'chg_' || id`, updated_at: now })
         .where('id', 'in', charged.slice(i, i + 400))
         .where('state', '=', 'due')
+        .returning('id')
         .execute();
+      for (const r of rows) moved.add(r.id);
     }
     for (let i = 0; i < free.length; i += 400) {
-      await trx
+      const rows = await trx
         .updateTable('usage_events')
         .set({ state: 'settled', updated_at: now })
         .where('id', 'in', free.slice(i, i + 400))
         .where('state', '=', 'due')
+        .returning('id')
         .execute();
+      for (const r of rows) moved.add(r.id);
     }
+    await rollUp(
+      tx,
+      due.filter((d) => moved.has(d.id)).map((d) => ({ ...d, state: 'settled' as const })),
+    );
     for (const a of changed.values()) {
       if (!a.exhaustedNow) continue;
       await recordActivity(

@@ -29,7 +29,7 @@
 import { sql } from 'kysely';
 import { exec, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { nowIso } from '../../platform/ids.js';
-import { planOf, priceOf, recordUsage, settleAfterCommit } from './meter.js';
+import { planOf, priceOf, recordUsage, ROLLED_COLUMNS, rollUp, settleAfterCommit } from './meter.js';
 import { periodOf, roundMicros, type Plan } from './plans.js';
 
 interface PendingRuntime {
@@ -164,6 +164,16 @@ export async function finishRuntime(
     .where('state', '=', 'pending')
     .executeTakeFirst();
   if (Number(res.numUpdatedRows) !== 1) return null;
+  if (end.outcome === 'forgiven') {
+    // Final now (a due one becomes final when it is settled): into the daily sums, in this transaction.
+    const row = await exec(ctx)
+      .selectFrom('usage_events')
+      .select(ROLLED_COLUMNS)
+      .where('id', '=', event.id)
+      .where('org_id', '=', org)
+      .executeTakeFirstOrThrow();
+    await rollUp(ctx, [{ ...row, state: 'forgiven' }]);
+  }
   await recomputePending(ctx, org);
   return event.id;
 }

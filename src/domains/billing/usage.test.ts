@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { securitySuite } from '../../../test/security.js';
-import { systemCtx, withTx } from '../../platform/context.js';
+import { exec, systemCtx, withTx } from '../../platform/context.js';
 import { recordUsage, settleUsage, type UsageInput } from './meter.js';
+import { finishRuntime } from './runtime.js';
 import { GIB, periodOf } from './plans.js';
 
 const GPT = { inputPerMTok: 3, outputPerMTok: 15, cachedInputPerMTok: 0.3 };
@@ -19,25 +20,33 @@ const src = () => `src_${++n}`;
 type Metered = UsageInput extends infer U ? (U extends UsageInput ? Omit<U, 'orgId' | 'userId' | 'sourceId'> : never) : never;
 type Seed = { u: Metered; settle?: boolean; daysAgo?: number; forgive?: boolean };
 
-/** Meters through billing's own verbs, as the domains do: recordUsage in a transaction, settleUsage after it. */
+/**
+ * Meters through billing's own verbs, as the domains do: recordUsage in a transaction (an event moved into the
+ * past is moved before it is final, as time would have it), a forgiven interval through finishRuntime, and
+ * settleUsage after the commit.
+ */
 async function seed(h: Harness, orgId: string, userId: string | null, seeds: Seed[]) {
   const ctx = systemCtx(h.deps, { userId: 'system', orgId, role: null, scopes: new Set(), apiKeyId: null });
   const ids = await withTx(ctx, async (tx) => {
     const out: string[] = [];
-    for (const s of seeds) out.push((await recordUsage(tx, { ...s.u, orgId, userId, sourceId: src() } as UsageInput))!);
+    for (const s of seeds) {
+      const sourceId = src();
+      const id = (await recordUsage(tx, { ...s.u, orgId, userId, sourceId } as UsageInput))!;
+      out.push(id);
+      if (s.daysAgo)
+        await exec(tx)
+          .updateTable('usage_events')
+          .set({ created_at: new Date(Date.now() - s.daysAgo * 86_400_000).toISOString() })
+          .where('id', '=', id)
+          .execute();
+      if (s.forgive && s.u.kind === 'sandbox_runtime') {
+        const endedAt = new Date(Date.parse(s.u.startedAt) + s.u.seconds * 1000).toISOString();
+        expect(await finishRuntime(tx, orgId, sourceId, { endedAt, outcome: 'forgiven' })).toBe(id);
+      }
+    }
     return out;
   });
   await settleUsage(h.deps, { ids: ids.filter((_, i) => seeds[i]!.settle !== false) });
-  const db = h.deps.db.kysely;
-  for (const [i, s] of seeds.entries()) {
-    if (s.daysAgo)
-      await db
-        .updateTable('usage_events')
-        .set({ created_at: new Date(Date.now() - s.daysAgo * 86_400_000).toISOString() })
-        .where('id', '=', ids[i]!)
-        .execute();
-    if (s.forgive) await db.updateTable('usage_events').set({ state: 'forgiven' }).where('id', '=', ids[i]!).execute();
-  }
 }
 
 const model = (m: string, tier: 'platform' | 'byok', t: ReturnType<typeof tokens>, pricing = GPT) => ({
@@ -85,7 +94,7 @@ describe('GET /v1/billing/my-usage', () => {
       { u: runtime('sbx_1', 100, 1, 1024, 'due') }, // 100 * (14 + 4.5) = 1850
       { u: runtime('sbx_2', 10, 1, 1024, 'due'), settle: false }, // 185, awaiting the charge
       { u: runtime('sbx_3', 60, 2, 2048, 'pending', 120) }, // 60 * (28 + 9) = 2220 so far, running for 120 s
-      { u: runtime('sbx_4', 20, 1, 1024, 'due'), settle: false, forgive: true }, // 370, forgiven
+      { u: runtime('sbx_4', 20, 1, 1024, 'pending'), settle: false, forgive: true }, // 370, forgiven
       { u: tool('weather'), daysAgo: 40 },
     ]);
     await seed(h, admin.orgId, member.userId, [
@@ -344,6 +353,21 @@ describe('GET /v1/billing/my-usage', () => {
     expect(mine.members.map((x: { userId: string }) => x.userId).sort()).toEqual([admin.userId, member.userId].sort());
     expect(JSON.stringify(mine)).not.toContain('secret-tool');
     expect(mine.organization.tokens.inputTokens).toBe(1200);
+  });
+
+  it('a rolling window counts its first, partial day exactly (final events there are read one by one), and unsettled events too', async () => {
+    const fresh = await createOrgAdmin(h);
+    const minutes = 60_000 / 86_400_000; // one minute in days
+    await seed(h, fresh.orgId, fresh.userId, [
+      { u: tool('weather'), daysAgo: 7 - 15 * minutes }, // inside 7d, on the window's first day (or the next)
+      { u: tool('weather'), daysAgo: 7 + 15 * minutes }, // just outside 7d
+      { u: tool('weather'), daysAgo: 3 }, // a whole day inside: from the daily sums
+      { u: tool('weather'), settle: false }, // due: not final yet
+    ]);
+    const count = async (period: string) => json(await get(fresh, `?period=${period}`)).data.toolExecutions.count;
+    expect(await count('all_time')).toBe(4);
+    expect(await count('7d')).toBe(3);
+    expect(await count('30d')).toBe(4);
   });
 
   it('an organization with no usage has zero rows', async () => {
