@@ -3,7 +3,7 @@ import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
 import { activityRegistry, activityRoutes } from './domains/activity/index.js';
 import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
-import { billingRoutes, onCreditsExhausted, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
+import { billingRoutes, onCreditsExhausted, registerAutoTopup, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
@@ -148,6 +148,8 @@ export async function buildApp(deps: Deps): Promise<App> {
   // Once an organization's credits ran out and its grace is over, its running sandboxes are paused (billing cannot
   // import the sandboxes domain, which asks it for credits).
   onCreditsExhausted(deps, pauseRunningForBilling);
+  // Every process that charges (the orchestrator settles its own meters) may start an auto top-up.
+  registerAutoTopup(deps);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());

@@ -15,3 +15,4 @@ export { billingRoutes } from './routes.js';
 export { startBillingJobs, startCreditGraceJobs } from './jobs.js';
 export { createPromoCode, listPromoCodes, type PromoCode } from './promo.js';
 export { finishRuntime } from './runtime.js';
+export { registerAutoTopup } from './topups.js';

@@ -5,19 +5,18 @@ import { enforceCreditGrace, graceSweepMs } from './grace.js';
 import { recordUsage, settleAfterCommit, settleUsage } from './meter.js';
 import { loadPlans } from './plans.js';
 import { refreshRuntime } from './runtime.js';
-import { registerAutoTopup } from './topups.js';
+import { resumeStaleAutoTopups } from './topups.js';
 
 /**
  * Billing's background work: the plans are checked at start-up (a bad plans file stops it), what a crash left
  * due is charged at once, and then swept every HANGAR_BILLING_SETTLE_MS. Running sandboxes' pending charges are
  * re-estimated (and split at the end of a billing period) every HANGAR_BILLING_RUNTIME_UPDATE_MS (runtime.ts);
- * workspace storage is charged every HANGAR_BILLING_STORAGE_CHARGE_MS; auto top-up is registered as after-charge
- * work.
+ * workspace storage is charged every HANGAR_BILLING_STORAGE_CHARGE_MS; auto top-ups a crash left pending are
+ * finished every minute (auto top-up itself is after-charge work that app.ts registers in every process).
  */
 export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
   loadPlans(deps);
   // Auto top-up runs after every charge this process makes (the sweep's included).
-  registerAutoTopup(deps);
   const sweep = async () => {
     while ((await settleUsage(deps, { limit: 500 })) === 500) {
       /* more due than one batch: go on */
@@ -28,6 +27,7 @@ export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
     every(deps, deps.config.billing.settleMs, 'billing sweep', sweep),
     every(deps, deps.config.billing.runtimeUpdateMs, 'runtime estimate', () => refreshRuntime(deps)),
     every(deps, deps.config.billing.storageChargeMs, 'storage charge', () => chargeStorageUsage(deps)),
+    every(deps, 60_000, 'stale auto top-ups', () => resumeStaleAutoTopups(deps)),
   ];
   return {
     async stop() {

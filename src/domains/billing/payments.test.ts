@@ -8,6 +8,7 @@ import { systemCtx, withTx } from '../../platform/context.js';
 import { prefixedId } from '../../platform/ids.js';
 import { MICROS_PER_CENT, postEntries } from './ledger.js';
 import { runAfterCharge } from './meter.js';
+import { resumeStaleAutoTopups } from './topups.js';
 
 const SECRET_KEY = 'sk_test_hangar_payments';
 const WEBHOOK_SECRET = 'whsec_hangar_payments_test';
@@ -313,6 +314,50 @@ describe('top-ups and auto top-up through the payment provider', () => {
     await expectActivity(h, owner, { eventType: 'billing.auto_topup.triggered', metadata: { amountCents: 2000 } });
     await expectActivity(h, owner, { eventType: 'billing.topup.completed', metadata: { kind: 'auto', amountCents: 2000 } });
     expect(await settings(owner)).toMatchObject({ enabled: true, consecutiveFailures: 0, pendingTopupId: null });
+  });
+
+  it('an auto top-up a crash left pending is charged again with its own idempotency key: paid once, credited once', async () => {
+    const owner = await createOrgAdmin(h);
+    const t = await topup(owner, 1000);
+    await fake.pay(t.sessionId);
+    expect((await call(owner, 'PUT', '/v1/billing/auto-topup', { enabled: true, thresholdCents: 100, topupAmountCents: 1500 })).statusCode).toBe(200);
+    // A process recorded the pending top-up and died before charging the card (no provider call was made).
+    const id = prefixedId('top');
+    const old = new Date(Date.now() - 15 * 60_000).toISOString();
+    await h.deps.db.kysely
+      .insertInto('topups')
+      .values({
+        id,
+        org_id: owner.orgId,
+        kind: 'auto',
+        provider_ref: null,
+        amount_cents: 1500,
+        status: 'pending',
+        idempotency_key: null,
+        url: null,
+        failure_reason: null,
+        created_by_user_id: null,
+        created_at: old,
+        updated_at: old,
+        completed_at: null,
+      })
+      .execute();
+    expect(await settings(owner)).toMatchObject({ pendingTopupId: id });
+    const start = await balance(owner);
+    // Control: while it is pending, a charge across the threshold starts no second top-up.
+    const before = intentsCreated();
+    await charge(owner.orgId, 1450);
+    expect(intentsCreated()).toBe(before);
+
+    expect(await resumeStaleAutoTopups(h.deps)).toBe(1);
+    await fake.idle();
+    expect(intentsCreated()).toBe(before + 1);
+    expect(await balance(owner)).toBe(start - 1450 * MICROS_PER_CENT + 1500 * MICROS_PER_CENT);
+    expect(await settings(owner)).toMatchObject({ pendingTopupId: null, consecutiveFailures: 0 });
+    // Run again (a second replica, a later round): nothing is pending, nothing is charged.
+    expect(await resumeStaleAutoTopups(h.deps)).toBe(0);
+    expect(intentsCreated()).toBe(before + 1);
+    expect((await ledgerKinds(owner)).filter((e) => e.kind === 'auto_topup')).toHaveLength(1);
   });
 
   it('three declines in a row turn auto top-up off', async () => {

@@ -624,6 +624,16 @@ export async function maybeAutoTopup(deps: Deps, org: string): Promise<string | 
     return { id, cents, customerId: acc.payment_customer_id, paymentMethodId: acc.payment_method_id };
   });
   if (!started) return null;
+  await chargeAutoTopup(deps, org, started);
+  return started.id;
+}
+
+/**
+ * Charges a pending auto top-up's saved card off-session and records the outcome. The provider's idempotency key
+ * is the top-up's, so charging the same top-up again (after a crash) answers the same payment, never a second one.
+ */
+async function chargeAutoTopup(deps: Deps, org: string, started: { id: string; cents: number; customerId: string; paymentMethodId: string }) {
+  const ctx = billingCtx(deps, org);
   const provider = paymentsOf(deps);
   const charge = await provider
     .chargeOffSession({
@@ -647,9 +657,65 @@ export async function maybeAutoTopup(deps: Deps, org: string): Promise<string | 
       await withTx(ctx, (tx) => failAutoTopupTx(tx, org, started.id, null, charge.reason, false));
       break;
     case 'pending':
-      break; // the provider's payment_intent webhook finishes it
+      // The provider's payment_intent webhook finishes it; until then the resume job looks again every so often.
+      await exec(ctx)
+        .updateTable('topups')
+        .set({ updated_at: nowIso() })
+        .where('id', '=', started.id)
+        .where('org_id', '=', org)
+        .where('status', '=', 'pending')
+        .execute();
+      break;
   }
-  return started.id;
+}
+
+/** A pending auto top-up older than this was left by a process that died before the charge finished. */
+export const STALE_AUTO_TOPUP_MS = 10 * 60_000;
+
+/**
+ * Finishes auto top-ups a crash left pending (the row committed, the card not charged or its answer lost): each is
+ * charged again with its own idempotency key, so the provider answers the payment it may already have made, and
+ * the outcome is recorded as usual. Without this a stuck pending top-up would block every later one.
+ */
+export async function resumeStaleAutoTopups(deps: Deps, now = new Date()): Promise<number> {
+  if (!deps.config.billing.enabled || !deps.config.billing.payments) return 0;
+  const before = new Date(now.getTime() - STALE_AUTO_TOPUP_MS).toISOString();
+  const stale = await deps.db.kysely
+    .selectFrom('topups')
+    .innerJoin('billing_accounts', 'billing_accounts.org_id', 'topups.org_id')
+    .select([
+      'topups.id',
+      'topups.org_id',
+      'topups.amount_cents',
+      'topups.created_at',
+      'billing_accounts.payment_customer_id',
+      'billing_accounts.payment_method_id',
+    ])
+    .where('topups.kind', '=', 'auto')
+    .where('topups.status', '=', 'pending')
+    .where('topups.updated_at', '<', before)
+    .limit(100)
+    .execute();
+  // The provider keeps an idempotency key for a day: past that a retry could be a second payment, so a top-up still
+  // pending after most of a day is failed instead (its webhook, if the payment did complete, still credits it).
+  const giveUp = new Date(now.getTime() - 20 * 3600_000).toISOString();
+  for (const t of stale) {
+    if (t.created_at < giveUp) {
+      await withTx(billingCtx(deps, t.org_id), (tx) => failAutoTopupTx(tx, t.org_id, t.id, null, 'the payment did not complete within a day', false));
+      continue;
+    }
+    if (!t.payment_customer_id || !t.payment_method_id) {
+      await withTx(billingCtx(deps, t.org_id), (tx) => failAutoTopupTx(tx, t.org_id, t.id, null, 'the saved payment method is gone', false));
+      continue;
+    }
+    await chargeAutoTopup(deps, t.org_id, {
+      id: t.id,
+      cents: Number(t.amount_cents),
+      customerId: t.payment_customer_id,
+      paymentMethodId: t.payment_method_id,
+    });
+  }
+  return stale.length;
 }
 
 /** Registers auto top-up as work after every charge that moved a balance (billing's job start-up does this). */
