@@ -572,7 +572,103 @@ export interface OAuthFlowsTable {
   updated_at: string;
 }
 
+/** A device link code from start to its end (runmesh, ADR 0029). */
+export interface RunmeshLinksTable {
+  id: string;
+  code: string;
+  /** sha256 of the start secret the device got at start: only it can collect the credential. */
+  secret_hash: string;
+  public_key: string;
+  device_label: string;
+  os: string;
+  app_version: string;
+  /** pending | approved | completed | expired */
+  status: string;
+  org_id: string | null;
+  /** The organization whose member looked the code up (the approval page), for the admins' list. */
+  opened_org_id: string | null;
+  approved_by_user_id: string | null;
+  node_id: string | null;
+  interval_seconds: number;
+  last_polled_at: string | null;
+  source_ip: string | null;
+  created_at: string;
+  expires_at: string;
+  approved_at: string | null;
+  completed_at: string | null;
+}
+
+/** A linked device (runmesh). */
+export interface RunmeshNodesTable {
+  id: string;
+  org_id: string;
+  owner_user_id: string;
+  name: string;
+  os: string;
+  app_version: string;
+  public_key: string;
+  mesh_ip: string;
+  credential_hash: string;
+  /** active | revoked */
+  status: string;
+  /** JSON array of "host:port" strings the device reported. */
+  endpoints: string;
+  connected: number;
+  connected_via: string | null;
+  last_seen_at: string | null;
+  link_id: string | null;
+  revoked_at: string | null;
+  revoked_by_user_id: string | null;
+  revoked_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface RunmeshSettingsTable {
+  org_id: string;
+  /** owner | organization: which nodes appear in each other's peer configs. */
+  peer_scope: string;
+  updated_at: string;
+}
+
+export interface RunmeshAuditTable {
+  id: string;
+  org_id: string;
+  node_id: string | null;
+  link_id: string | null;
+  actor_user_id: string | null;
+  /** user | device | system */
+  actor: string;
+  event: string;
+  reason: string | null;
+  metadata: string;
+  created_at: string;
+}
+
+/** A local-device run on its way to its node. */
+export interface RunmeshDispatchesTable {
+  run_id: string;
+  org_id: string;
+  node_id: string;
+  thread_id: string;
+  /** queued | delivered | accepted | done */
+  state: string;
+  attempts: number;
+  /** The highest device frame counter accepted for this run (idempotent retries of POST /v1/thread-events). */
+  device_seq: number;
+  deadline_at: string;
+  delivered_at: string | null;
+  accepted_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface Database {
+  runmesh_links: RunmeshLinksTable;
+  runmesh_nodes: RunmeshNodesTable;
+  runmesh_settings: RunmeshSettingsTable;
+  runmesh_audit: RunmeshAuditTable;
+  runmesh_dispatches: RunmeshDispatchesTable;
   users: UsersTable;
   organizations: OrganizationsTable;
   memberships: MembershipsTable;
