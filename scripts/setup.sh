@@ -30,6 +30,7 @@ PACKAGES=(
   mmdebstrap              # OS images of templates (debian-12, ubuntu-22.04/24.04) built from the configured mirrors (ADR 0022)
   user-mode-linux busybox-static cpio kmod # the cgroup v2 test guest (scripts/guest, ADR 0021)
   linux-source-6.1 bc flex bison # the guest's kernel with sandbox networking, built once (scripts/guest/kernel.sh)
+  wireguard-tools         # wg-quick: the device mesh's tests check generated peer configs with `wg-quick strip` (ADR 0029)
 )
 
 install_packages() {

@@ -1,3 +1,5 @@
+import { accessSync, constants } from 'node:fs';
+import path from 'node:path';
 import { describe, it, type TestFunction } from 'vitest';
 
 /**
@@ -66,6 +68,24 @@ export function isolationNeed(iso: { available: boolean; unavailableReason: stri
 /** A language's toolchain, which scripts/setup.sh installs. */
 export function toolchainNeed(language: string, toolchains: readonly unknown[] | undefined): Need {
   return { what: `the ${language} toolchain (installed by scripts/setup.sh)`, present: (toolchains?.length ?? 0) > 0 };
+}
+
+/** Whether `command` is an executable file in one of PATH's directories. */
+function onPath(command: string): boolean {
+  return (process.env.PATH ?? '').split(path.delimiter).some((dir) => {
+    if (!dir) return false;
+    try {
+      accessSync(path.join(dir, command), constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** WireGuard's wg-quick (Debian's wireguard-tools, which scripts/setup.sh installs): checks generated mesh configs. */
+export function wireguardNeed(): Need {
+  return { what: 'wg-quick (wireguard-tools, installed by scripts/setup.sh)', present: onPath('wg-quick') };
 }
 
 /** PostgreSQL at `pgUrl`, probed once: a query given two seconds (for suites that need PostgreSQL but not Redis). */
