@@ -9,7 +9,15 @@ import { createAuthenticator, identityRoutes } from './domains/identity/index.js
 import { modelRoutes } from './domains/models/index.js';
 import { oauthRoutes, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
-import { runRoutes, startRunJobs } from './domains/runs/index.js';
+import { registerLocalDispatcher, runRoutes, startRunJobs } from './domains/runs/index.js';
+import {
+  authenticateDevice,
+  deviceFrame,
+  meshDispatcher,
+  registerRunmeshActivity,
+  runmeshRoutes,
+  startRunmeshJobs,
+} from './domains/runmesh/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import {
   nodeLoad,
@@ -23,7 +31,7 @@ import {
 } from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
-import { registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
+import { registerDeviceFrames, registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { startToolJobs, toolRoutes } from './domains/tools/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
@@ -54,6 +62,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     modelRoutes,
     agentRoutes,
     runRoutes,
+    runmeshRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -76,6 +85,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startCreditGraceJobs,
     startThreadJobs,
     startRunJobs,
+    startRunmeshJobs,
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
@@ -141,7 +151,11 @@ export async function closeDeps(deps: Deps): Promise<void> {
 /** Builds the HTTP app for the configured services on the given collaborators. */
 export async function buildApp(deps: Deps): Promise<App> {
   // Identity resolves credentials; the roles behind them are memberships, which organizations owns and answers.
-  const authenticate = createAuthenticator(deps, { membership: (userId, org) => membershipOf(deps, userId, org) });
+  // A linked device's credential (`hgd_…`) is the device mesh's to resolve (ADR 0029).
+  const authenticate = createAuthenticator(deps, {
+    membership: (userId, org) => membershipOf(deps, userId, org),
+    device: (secret) => authenticateDevice(deps, secret),
+  });
   const app = await createServer(deps, authenticate);
   // Templates ask the sandboxes domain (which owns the sandboxes table) whether a template is still in use.
   setTemplateUseCheck(deps, sandboxUsingTemplate);
@@ -150,6 +164,10 @@ export async function buildApp(deps: Deps): Promise<App> {
   onCreditsExhausted(deps, pauseRunningForBilling);
   // Every process that charges (the orchestrator settles its own meters) may start an auto top-up.
   registerAutoTopup(deps);
+  // Local-device runs go out through the device mesh, and their devices' frames come back through it (runs and
+  // threads cannot import it: it imports them).
+  registerLocalDispatcher(deps, meshDispatcher);
+  registerDeviceFrames(deps, deviceFrame);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());
@@ -160,6 +178,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerSandboxActivity(registry);
   registerStorageActivity(registry);
   registerThreadActivity(registry);
+  registerRunmeshActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

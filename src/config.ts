@@ -143,6 +143,14 @@ const EnvSchema = z.object({
   HANGAR_STRIPE_WEBHOOK_SECRET: z.string().min(1).optional(),
   HANGAR_STRIPE_API_URL: z.string().url().optional(),
   HANGAR_STRIPE_WEBHOOK_TOLERANCE_SECONDS: intFrom(1, 3600).default(300),
+  HANGAR_RUNMESH_CIDR: z
+    .string()
+    .regex(/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/, 'an IPv4 CIDR such as 100.64.0.0/10')
+    .default('100.64.0.0/10'),
+  HANGAR_RUNMESH_LINK_TTL_SECONDS: intFrom(30, 86_400).default(600),
+  HANGAR_RUNMESH_POLL_INTERVAL_SECONDS: intFrom(1, 60).default(5),
+  HANGAR_RUNMESH_DISPATCH_TIMEOUT_SECONDS: intFrom(1, 7 * 86_400).default(300),
+  HANGAR_RUNMESH_HEARTBEAT_SECONDS: intFrom(1, 3600).default(15),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -173,6 +181,21 @@ export type Config = Readonly<{
   oauth: OAuthConfig;
   tools: ToolsConfig;
   billing: BillingConfig;
+  runmesh: RunmeshConfig;
+}>;
+
+/** The device mesh (ADR 0029). */
+export type RunmeshConfig = Readonly<{
+  /** Mesh addresses are handed out from this IPv4 range. */
+  cidr: string;
+  /** How long a device link code can be approved. */
+  linkTtlSeconds: number;
+  /** The polling interval a device is told; polling faster answers slow_down. */
+  pollIntervalSeconds: number;
+  /** A local-device run not accepted by its device this long after it was made (or after the device was last seen) fails. */
+  dispatchTimeoutSeconds: number;
+  /** How often a device reports in; it counts as offline after three missed beats. */
+  heartbeatSeconds: number;
 }>;
 
 /** Billing (ADR 0028): whether usage is charged, the plans, the payment provider, grace and sweeps. */
@@ -633,6 +656,13 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       topupMaxCents: e.HANGAR_BILLING_TOPUP_MAX_CENTS,
       returnUrl: e.HANGAR_BILLING_RETURN_URL ?? null,
       payments: paymentsConfig(e),
+    }),
+    runmesh: Object.freeze({
+      cidr: e.HANGAR_RUNMESH_CIDR,
+      linkTtlSeconds: e.HANGAR_RUNMESH_LINK_TTL_SECONDS,
+      pollIntervalSeconds: e.HANGAR_RUNMESH_POLL_INTERVAL_SECONDS,
+      dispatchTimeoutSeconds: e.HANGAR_RUNMESH_DISPATCH_TIMEOUT_SECONDS,
+      heartbeatSeconds: e.HANGAR_RUNMESH_HEARTBEAT_SECONDS,
     }),
     tools: Object.freeze({
       catalogFile: e.HANGAR_TOOLS_CATALOG_FILE ? path.resolve(e.HANGAR_TOOLS_CATALOG_FILE) : null,

@@ -13,7 +13,6 @@ describe('parts of the spec not built yet', () => {
   it('answer 501 not_implemented naming the feature, not a bare 404', async () => {
     for (const [method, url, feature] of [
       ['POST', '/v1/deployments', 'deployments'],
-      ['GET', '/v1/runmesh/devices', 'device mesh'],
       ['POST', '/v1/agent-channels', 'messaging channels'],
     ] as const) {
       const res = await h.app.inject({ method, url, headers: admin.headers });

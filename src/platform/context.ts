@@ -33,7 +33,7 @@ export interface Deps {
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */
 export interface Principal {
-  kind: 'api_key' | 'session' | 'system';
+  kind: 'api_key' | 'session' | 'system' | 'device';
   userId: string;
   orgId: string | null;
   role: Role | null;
@@ -41,6 +41,8 @@ export interface Principal {
   apiKeyId: string | null;
   /** When the credential stops being valid (a session token's `exp`, an API key's expiry); null when never. */
   expiresAt?: string | null;
+  /** A linked device's credential (`hgd_…`, ADR 0029): the node it is. Such a principal holds only `runmesh:device`. */
+  deviceNodeId?: string;
 }
 
 /** A credential as presented, whatever the transport: an `X-API-Key` value, or an `Authorization: Bearer` token. */

@@ -9,7 +9,11 @@ export const REVOCATION_CHANNEL = 'credentials.revoked';
  * A credential that stopped being valid: one API key, or every credential of a user in an organization
  * (`removed`: no longer a member; otherwise their role changed, and what they may see with it).
  */
-export type Revocation = { kind: 'api_key'; apiKeyId: string } | { kind: 'membership'; userId: string; orgId: string; removed: boolean };
+export type Revocation =
+  | { kind: 'api_key'; apiKeyId: string }
+  | { kind: 'membership'; userId: string; orgId: string; removed: boolean }
+  /** A linked device's credential (its node was revoked). */
+  | { kind: 'device'; nodeId: string };
 
 /** Close code of a live connection whose credential was revoked or expired (as the HTTP 401). */
 export const CLOSE_UNAUTHENTICATED = 4401;
@@ -93,6 +97,7 @@ export class LiveCredentials {
     for (const entry of [...this.entries]) {
       const p = entry.principal;
       if (r.kind === 'api_key' && p.apiKeyId === r.apiKeyId) this.end(entry, 'the API key was revoked');
+      else if (r.kind === 'device' && p.deviceNodeId === r.nodeId) this.end(entry, 'the device was revoked');
       else if (r.kind === 'membership' && p.userId === r.userId && p.orgId === r.orgId) {
         this.end(entry, r.removed ? 'no longer a member of this organization' : 'your role in this organization changed; reconnect');
       }

@@ -39,7 +39,15 @@ export const SCOPES = {
   'runmesh:write': 'Change and revoke device mesh nodes',
 } as const;
 
-export type Scope = keyof typeof SCOPES;
+/**
+ * Scopes no person's credential can hold (not in ALL_SCOPES, so no role grants them and no API key can ask for
+ * them): a linked device's own credential (`hgd_…`, ADR 0029) holds only `runmesh:device`.
+ */
+export const DEVICE_SCOPES = {
+  'runmesh:device': 'A linked device’s own credential: its dispatch connection, its runs’ model calls and frames',
+} as const;
+
+export type Scope = keyof typeof SCOPES | keyof typeof DEVICE_SCOPES;
 export const ALL_SCOPES = Object.keys(SCOPES) as Scope[];
 
 export type Role = 'admin' | 'member';

@@ -120,6 +120,8 @@ export type MembershipLookup = (userId: string, orgId?: string) => Promise<{ org
 /** What the authenticator reads from tables other domains own. */
 export interface AuthenticatorLookups {
   membership: MembershipLookup;
+  /** A linked device's credential (`hgd_…`), resolved by the device mesh (ADR 0029); absent: such a credential is refused. */
+  device?: (secret: string) => Promise<Principal>;
 }
 
 /** Builds the request authenticator: API keys by hash, session JWTs by issuer. */
@@ -185,6 +187,12 @@ export function createAuthenticator(deps: Deps, lookups: AuthenticatorLookups): 
     const secret = credential.apiKey?.trim() || credential.bearer?.trim();
     if (!secret) throw errors.unauthenticated();
     const wantedOrg = orgIdHint || undefined;
+    if (secret.startsWith('hgd_')) {
+      if (!lookups.device) throw errors.unauthenticated('device credentials are not accepted by this service');
+      const principal = await lookups.device(secret);
+      if (wantedOrg && wantedOrg !== principal.orgId) throw errors.forbidden('this device belongs to another organization');
+      return principal;
+    }
     return secret.startsWith('hgr_') ? byApiKey(secret, wantedOrg) : bySession(secret, wantedOrg);
   };
 }

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { clientGone } from '../../platform/http/client-gone.js';
+import { sendNdjson } from '../../platform/http/ndjson.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
 import { AvailableModels, ProxyBody, ProxyResult } from './schemas.js';
@@ -69,23 +70,7 @@ export async function modelRoutes(app: App, deps: Deps) {
     },
     async (req, reply) => {
       const gone = clientGone(reply).signal;
-      const lines = await proxyStream(req.ctx, req.body, gone);
-      reply.hijack();
-      const raw = reply.raw;
-      raw.writeHead(200, {
-        ...(reply.getHeaders() as Record<string, string>),
-        'content-type': 'application/x-ndjson; charset=utf-8',
-        'cache-control': 'no-cache',
-        'x-accel-buffering': 'no',
-      });
-      try {
-        for await (const line of lines) {
-          if (gone.aborted) break;
-          raw.write(`${JSON.stringify(line)}\n`);
-        }
-      } finally {
-        if (!raw.writableEnded) raw.end();
-      }
+      await sendNdjson(reply, await proxyStream(req.ctx, req.body, gone), gone);
     },
   );
 }

@@ -245,6 +245,59 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
   const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
   await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
+  return streamLines(ctx, entry, callArgs(body, model, timeout), signal, timeout, { source: 'proxy' });
+}
+
+/**
+ * A model call for a run whose loop runs elsewhere (a local-device run, ADR 0029): the run's model resolved for its
+ * owner (so BYOK keys resolve), messages and tools as the device's loop built them, the same NDJSON lines as
+ * `/v1/model-proxy/stream`, and usage metered against the run.
+ */
+export async function runModelStream(
+  ctx: Ctx,
+  input: {
+    modelId: string;
+    runId: string;
+    messages: ModelMessage[];
+    system?: string;
+    tools: { name: string; description?: string; parameters: Record<string, unknown> }[];
+    maxTokens?: number;
+    temperature?: number;
+  },
+  signal: AbortSignal,
+): Promise<AsyncGenerator<StreamLine>> {
+  const { entry, model } = await resolveModel(ctx, input.modelId, { field: 'agent.model' });
+  await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
+  const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
+  const tools: ToolSet | undefined = input.tools.length
+    ? Object.fromEntries(
+        input.tools.map((t) => [
+          t.name,
+          tool({ description: t.description, inputSchema: jsonSchema(t.parameters as Parameters<typeof jsonSchema>[0]) }),
+        ]),
+      )
+    : undefined;
+  const args = {
+    model,
+    messages: input.messages,
+    system: input.system,
+    maxOutputTokens: input.maxTokens,
+    temperature: input.temperature,
+    tools,
+    abortSignal: timeout,
+    maxRetries: 0,
+  };
+  return streamLines(ctx, entry, args, signal, timeout, { source: 'run', runId: input.runId });
+}
+
+async function streamLines(
+  ctx: Ctx,
+  entry: ModelEntry,
+  args: Parameters<typeof streamText>[0],
+  signal: AbortSignal,
+  timeout: AbortSignal,
+  meter: { source: 'proxy' | 'run'; runId?: string },
+): Promise<AsyncGenerator<StreamLine>> {
   const deps = ctx.deps;
   const org = orgId(ctx);
   const userId = ctx.principal.userId;
@@ -252,7 +305,7 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
     yield { type: 'start', model: entry.id };
     let streamError: unknown = null;
     const result = streamText({
-      ...callArgs(body, model, timeout),
+      ...args,
       onError: ({ error }) => {
         streamError = error;
       },
@@ -268,7 +321,7 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
         else if (part.type === 'finish') {
           if (streamError) break;
           const usage = toUsage(part.totalUsage);
-          await recordModelUsage(deps, { orgId: org, userId, entry, usage, source: 'proxy' });
+          await recordModelUsage(deps, { orgId: org, userId, entry, usage, ...meter });
           yield { type: 'finish', finishReason: part.finishReason, usage };
         }
       }
@@ -281,4 +334,28 @@ export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal
     }
   }
   return lines();
+}
+
+/** What a run's model calls used, summed from the meter (a local-device run's usage is the platform's count, not the device's word). */
+export async function runUsageTotals(ctx: Ctx, runId: string): Promise<Usage> {
+  const r = await exec(ctx)
+    .selectFrom('model_usage')
+    .select((eb) => [
+      eb.fn.coalesce(eb.fn.sum<number>('input_tokens'), eb.lit(0)).as('input'),
+      eb.fn.coalesce(eb.fn.sum<number>('output_tokens'), eb.lit(0)).as('output'),
+      eb.fn.coalesce(eb.fn.sum<number>('cached_input_tokens'), eb.lit(0)).as('cached'),
+      eb.fn.coalesce(eb.fn.sum<number>('reasoning_tokens'), eb.lit(0)).as('reasoning'),
+    ])
+    .where('org_id', '=', orgId(ctx))
+    .where('run_id', '=', runId)
+    .executeTakeFirstOrThrow();
+  const inputTokens = Number(r.input);
+  const outputTokens = Number(r.output);
+  return {
+    inputTokens,
+    outputTokens,
+    totalTokens: inputTokens + outputTokens,
+    cachedInputTokens: Number(r.cached),
+    reasoningTokens: Number(r.reasoning),
+  };
 }

@@ -42,7 +42,7 @@ describe('parseWireguardKey', () => {
     const bad = [
       '',
       publicKey.slice(0, 43), // missing padding
-      publicKey.slice(0, 42) + '=', // 43 chars
+      `${publicKey.slice(0, 42)}=`, // 43 chars
       `${publicKey.slice(0, 43)}==`, // 45 chars
       `A${publicKey}`,
       Buffer.alloc(33, 7).toString('base64'), // 33 bytes

@@ -12,11 +12,17 @@ const ORPHAN_SWEEP_MS = 60_000;
  *   process of this node left them (as the template builder treats this node's `building` templates);
  * - at start-up and then every minute, any node's running run whose thread lock lapsed: the process that ran it
  *   stopped renewing it (a replica that died and did not come back).
- * A `registered` run (local-desktop) is not held by a process: it waits for its device and is left alone.
+ * A local-device run is not held by a process but by its device: the device mesh's dispatch sweeper ends it when
+ * its device does not take it, or does not come back, in time (ADR 0029). It is left alone here.
  */
 export async function startRunJobs(deps: Deps): Promise<Stoppable> {
   const sweep = async (atStart: boolean) => {
-    const rows = await deps.db.kysely.selectFrom('agent_runs').selectAll().where('status', '=', 'running').execute();
+    const rows = await deps.db.kysely
+      .selectFrom('agent_runs')
+      .selectAll()
+      .where('status', '=', 'running')
+      .where('execution_mode', '!=', 'local-desktop')
+      .execute();
     const { active } = deps.state.get(RUN_STATE);
     let failed = 0;
     for (const row of rows) {

@@ -27,6 +27,7 @@ import {
   type TransientPublisher,
 } from '../threads/index.js';
 import { checkCatalogueTools } from './catalog-tools.js';
+import { deviceLockTtlMs, endDeviceRun, followDeviceRun, localDispatcher, refOf } from './device.js';
 import { CancelledError } from './io.js';
 import { runTurns } from './loop.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
@@ -83,6 +84,17 @@ export async function getRun(ctx: Ctx, runId: string): Promise<RunResult> {
 export async function cancelRun(ctx: Ctx, runId: string): Promise<RunResult> {
   requireScope(ctx, 'agent:run');
   const run = await getRun(ctx, runId);
+  if (run.executionMode === 'local-desktop' && (run.status === 'registered' || run.status === 'running')) {
+    // A device run is ended here, at once, and its device told to stop; what it sends afterwards is refused.
+    const row = await exec(ctx)
+      .selectFrom('agent_runs')
+      .selectAll()
+      .where('id', '=', runId)
+      .where('org_id', '=', orgId(ctx))
+      .executeTakeFirstOrThrow();
+    await endLocalRun(ctx.deps, row, { status: 'cancelled', error: 'the run was cancelled' });
+    return getRun(ctx, runId);
+  }
   if (run.status !== 'running') throw errors.invalidState(`run ${runId} is ${run.status}`, run.status);
   const { active } = ctx.deps.state.get(RUN_STATE);
   const controller = active.get(runId);
@@ -159,10 +171,10 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
   const mode = agent.execution_mode;
   const cfg = { ...(JSON.parse(agent.config) as RunBody['config']), ...body.config };
   let model: Awaited<ReturnType<typeof resolveModel>> | null = null;
-  if (mode !== 'local-desktop') {
-    if (!agent.model) throw errors.invalidField('agent', `agent "${agent.slug}" has no model; set one with PATCH /v1/agents/${agent.slug}`);
-    model = await resolveModel(ctx, agent.model, { field: 'agent.model' });
-  }
+  if (!agent.model) throw errors.invalidField('agent', `agent "${agent.slug}" has no model; set one with PATCH /v1/agents/${agent.slug}`);
+  // A device run's model is called by its device through the platform (resolved then, for the run's owner).
+  model = await resolveModel(ctx, agent.model, { field: 'agent.model' });
+  if (mode === 'local-desktop') await localDispatcher(deps).check(ctx, agent.target_device_id ?? '');
 
   const existing = body.threadId
     ? await findThread(ctx, body.threadId).then((t) => {
@@ -180,7 +192,9 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
       }));
   const threadId = thread.id;
   const runId = uuid();
-  const lock = await acquireRunLock(deps, threadId, runId, LOCK_TTL_MS);
+  const local = mode === 'local-desktop';
+  const lockTtl = local ? deviceLockTtlMs(deps) : LOCK_TTL_MS;
+  const lock = await acquireRunLock(deps, threadId, runId, lockTtl);
   if (!lock.acquired) throw threadBusy(lock.activeRunId);
 
   const now = nowIso();
@@ -210,8 +224,9 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
   const onAbort = () => controller.abort(new CancelledError());
   opts.signal.addEventListener('abort', onAbort);
   const { active } = deps.state.get(RUN_STATE);
-  active.set(runId, controller);
-  const renew = setInterval(() => void renewRunLock(deps, threadId, runId, LOCK_TTL_MS).catch(() => undefined), LOCK_TTL_MS / 4);
+  // A device run is not held by this process: its device's connection keeps its thread lock fresh.
+  if (!local) active.set(runId, controller);
+  const renew = local ? null : setInterval(() => void renewRunLock(deps, threadId, runId, LOCK_TTL_MS).catch(() => undefined), LOCK_TTL_MS / 4);
 
   let lastSequence = 0;
   const durable = async (frames: DurableInput[]) => {
@@ -265,9 +280,15 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
       },
       { type: 'user_message', payload: { text } },
     ]);
-    if (mode === 'local-desktop') {
-      await exec(ctx).updateTable('agent_runs').set({ sandbox_id: row.sandbox_id }).where('id', '=', runId).execute();
-      return toResult(row);
+    if (local) {
+      const dispatch = () => localDispatcher(deps).dispatch(ctx, refOf(row));
+      if (!opts.emit) {
+        await dispatch();
+        return toResult(row);
+      }
+      // Streaming: follow the device's frames until the run ends; a caller who leaves cancels it.
+      await followDeviceRun(ctx, row, opts.emit, controller.signal, dispatch, finish);
+      return await getRunRow(ctx, runId);
     }
 
     const { status, finalText, maxTurns } = await runTurns(ctx, {
@@ -300,12 +321,28 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
     if (result) return result;
     throw err;
   } finally {
-    clearInterval(renew);
+    if (renew) clearInterval(renew);
     opts.signal.removeEventListener('abort', onAbort);
     active.delete(runId);
-    // A registered (local-device) run does not hold the thread: the device mesh will take it from here.
-    await releaseRunLock(deps, threadId, runId).catch(() => undefined);
+    // A device run keeps its thread until it ends (its end releases the lock); a failure before dispatch ended it.
+    if (!local) await releaseRunLock(deps, threadId, runId).catch(() => undefined);
   }
+}
+
+/** A run's record as the API shows it, read fresh. */
+async function getRunRow(ctx: Ctx, runId: string): Promise<RunResult> {
+  return toResult(
+    await exec(ctx).selectFrom('agent_runs').selectAll().where('id', '=', runId).where('org_id', '=', orgId(ctx)).executeTakeFirstOrThrow(),
+  );
+}
+
+/** Ends a local-device run once (device completion, cancel, revocation, timeout); null when it had ended. */
+export function endLocalRun(
+  deps: Deps,
+  row: RunRow,
+  end: { status: 'completed' | 'failed' | 'cancelled' | 'max_turns'; error: string | null; result?: string | null; iterations?: number },
+): Promise<RunResult | null> {
+  return endDeviceRun(deps, row, end, finish);
 }
 
 async function finish(
@@ -374,7 +411,8 @@ const ORPHAN_RECHECK_MS = 1_000;
  */
 export async function isOrphaned(deps: Deps, row: RunRow): Promise<boolean> {
   const unheld = async () => !deps.state.get(RUN_STATE).active.has(row.id) && (await activeRun(deps, row.thread_id)) !== row.id;
-  if (row.status !== 'running' || !(await unheld())) return false;
+  // A device run is its device's: the mesh's dispatch sweeper ends it (ADR 0029).
+  if (row.status !== 'running' || row.execution_mode === 'local-desktop' || !(await unheld())) return false;
   await new Promise((r) => setTimeout(r, ORPHAN_RECHECK_MS));
   const now = await deps.db.kysely.selectFrom('agent_runs').select('status').where('id', '=', row.id).executeTakeFirst();
   return now?.status === 'running' && (await unheld());

@@ -2,7 +2,17 @@ export { registerThreadActivity, threadRoutes } from './routes.js';
 export { startThreadJobs } from './jobs.js';
 export { appendDurable, rebuildThread } from './durable.js';
 export { acquireRunLock, renewRunLock, releaseRunLock, activeRun, threadBusy } from './locks.js';
-export { createThread, findThread, publishTransient, transientPublisher, type TransientPublisher } from './service.js';
+export {
+  createThread,
+  findThread,
+  followRun,
+  publishTransient,
+  registerDeviceFrames,
+  transientPublisher,
+  type DeviceFrameHandler,
+  type TransientPublisher,
+} from './service.js';
+export { DeviceDurableFrame, type ThreadEventFrame, type ThreadEventsResult } from './schemas.js';
 export {
   BusFrame,
   DURABLE_TYPES,

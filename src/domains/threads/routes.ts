@@ -18,6 +18,7 @@ import {
   Thread,
   ThreadEventSchema,
   ThreadEventsBody,
+  ThreadEventsResult,
   ThreadParams,
 } from './schemas.js';
 import { compactThread } from './compaction.js';
@@ -29,7 +30,7 @@ import {
   listEvents,
   listRollouts,
   listThreads,
-  publishTransient,
+  publishThreadEvent,
   updateThread,
 } from './service.js';
 import { serveSocket } from './socket.js';
@@ -235,18 +236,21 @@ export async function threadRoutes(app: App, deps: Deps) {
   app.post(
     '/v1/thread-events',
     {
-      config: { scope: 'agent:run' },
+      config: { scope: ['agent:run', 'runmesh:device'] },
       bodyLimit: FRAME_LIMIT_BYTES,
       schema: {
         tags,
-        summary: 'Publish a transient frame (local-device clients)',
+        summary: 'Publish a frame (local-device clients)',
         description: [
           '`{ threadId, frame }` with `frame.type` one of the transient types, `runId`, `rolloutId` (a rollout of the thread), a positive `sequenceNumber`, and its own fields (e.g. `delta`). ',
           'Fanned out to live subscribers only: not stored, not replayed, thread timestamps unchanged. A durable type is a 400; a body over 64 KiB a 413; ',
-          `requests carrying internal service headers (\`X-Hangar-Internal-*\`) are refused (403). Owner of the thread only.`,
+          `requests carrying internal service headers (\`X-Hangar-Internal-*\`) are refused (403). Owner of the thread only. `,
+          'A linked device (its `hgd_` credential) also publishes the durable frames of the local-device run it holds (`assistant_message`, `tool_call`, `tool_result`, `run_completed`, ',
+          'with `payload`), numbered by `sequenceNumber` 1, 2, 3… per run: 200 with the thread `sequence` it was given; a repeat is `duplicate: true` and appends nothing; a gap is 409; ',
+          'a run that ended (cancelled, revoked, timed out) is 409 (ADR 0029).',
         ].join(''),
         body: ThreadEventsBody,
-        response: { 202: envelope(z.object({ accepted: z.literal(true) })), ...errorResponses },
+        response: { 200: envelope(ThreadEventsResult), 202: envelope(ThreadEventsResult), ...errorResponses },
       },
       preValidation: async (req) => {
         const internal = Object.keys(req.headers).find((h) => h.toLowerCase().startsWith(INTERNAL_HEADER_PREFIX));
@@ -255,8 +259,8 @@ export async function threadRoutes(app: App, deps: Deps) {
     },
     async (req, reply) => {
       const { threadId, frame } = req.body;
-      await publishTransient(req.ctx, threadId, frame);
-      return reply.status(202).send(ok(req, { accepted: true as const }));
+      const result = await publishThreadEvent(req.ctx, threadId, frame);
+      return reply.status(result.sequence === undefined && !result.duplicate ? 202 : 200).send(ok(req, result));
     },
   );
 }

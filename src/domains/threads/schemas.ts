@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { jsonDepth } from '../../platform/http/json-depth.js';
 import { limitParam, queryBool } from '../../platform/http/pagination.js';
-import { EXECUTION_MODES, Thread, ThreadEvent, TransientFrame } from './frames.js';
+import { DurablePayloads, EXECUTION_MODES, Thread, ThreadEvent, TRANSIENT_TYPES, TransientFrame } from './frames.js';
 
 export { EXECUTION_MODES, Thread } from './frames.js';
 
@@ -79,4 +79,48 @@ export const TransientFrameBody = TransientFrame.superRefine((frame, ctx) => {
   }
 });
 
-export const ThreadEventsBody = z.object({ threadId: z.string().min(1).max(100), frame: TransientFrameBody }).strict();
+/** The durable frames a local-device run's device publishes (ADR 0029): `sequenceNumber` is the device's own counter for the run. */
+export const DEVICE_DURABLE_TYPES = ['assistant_message', 'tool_call', 'tool_result', 'run_completed'] as const;
+const deviceDurable = <T extends (typeof DEVICE_DURABLE_TYPES)[number]>(type: T) =>
+  z
+    .object({
+      type: z.literal(type),
+      threadId: z.string().optional(),
+      runId: z.string().min(1).max(100),
+      rolloutId: z.string().min(1).max(100),
+      messageId: z.string().min(1).max(200).optional(),
+      sequenceNumber: z.number().int().positive().describe('The device’s own counter of durable frames for the run: 1, 2, 3…'),
+      payload: DurablePayloads[type],
+    })
+    .strict();
+export const DeviceDurableFrame = z.discriminatedUnion('type', [
+  deviceDurable('assistant_message'),
+  deviceDurable('tool_call'),
+  deviceDurable('tool_result'),
+  deviceDurable('run_completed'),
+]);
+export type DeviceDurableFrame = z.infer<typeof DeviceDurableFrame>;
+
+/** What POST /v1/thread-events takes: a transient frame (anyone), or a durable one of a device's own run. */
+export const ThreadEventFrame = z
+  .discriminatedUnion('type', [...TransientFrame.options, ...DeviceDurableFrame.options], {
+    error: (issue) =>
+      issue.code === 'invalid_union'
+        ? `must be a transient frame type (${TRANSIENT_TYPES.join(', ')}), or, from a local-device run's device, one of ${DEVICE_DURABLE_TYPES.join(', ')}`
+        : undefined,
+  })
+  .superRefine((frame, ctx) => {
+    if (jsonDepth(frame, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH) {
+      ctx.addIssue({ code: 'custom', message: `is nested too deep: at most ${MAX_FRAME_DEPTH} levels of objects and arrays` });
+    }
+  });
+export type ThreadEventFrame = z.infer<typeof ThreadEventFrame>;
+
+export const ThreadEventsBody = z.object({ threadId: z.string().min(1).max(100), frame: ThreadEventFrame }).strict();
+
+export const ThreadEventsResult = z.object({
+  accepted: z.literal(true),
+  duplicate: z.boolean().optional().describe('A device’s durable frame it had sent before (a retry): nothing appended'),
+  sequence: z.number().int().optional().describe('The thread sequence a device’s durable frame was given'),
+});
+export type ThreadEventsResult = z.infer<typeof ThreadEventsResult>;

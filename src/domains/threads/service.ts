@@ -12,9 +12,11 @@ import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { recordActivity } from '../activity/index.js';
 import { inTurn, lockThreadRow, publishFrame } from './durable.js';
-import { jsonlKey, ThreadEvent, TransientFrame, type MetadataFrame } from './frames.js';
+import { subscribeParsed } from '../../platform/bus/index.js';
+import { BusFrame, jsonlKey, ThreadEvent, threadChannel, TransientFrame, type DurableFrame, type MetadataFrame } from './frames.js';
 import { threadBusy } from './locks.js';
-import type { Rollout, Thread } from './schemas.js';
+import { DEVICE_DURABLE_TYPES, type Rollout, type Thread, type ThreadEventFrame, type ThreadEventsResult } from './schemas.js';
+import { stateKey } from '../../platform/state.js';
 
 type Row = Selectable<ThreadsTable>;
 type RolloutRow = Selectable<ThreadRolloutsTable>;
@@ -325,4 +327,70 @@ export async function transientPublisher(ctx: Ctx, threadId: string, rolloutId: 
 /** One transient frame (see `transientPublisher`). */
 export async function publishTransient(ctx: Ctx, threadId: string, frame: TransientFrame): Promise<void> {
   await (await transientPublisher(ctx, threadId, frame.rolloutId))(frame);
+}
+
+/**
+ * Follows one run's frames on its thread as they are published (durable and transient, from any replica) until
+ * its `run_completed`: what a streaming caller of a run that runs elsewhere (a local-device run) receives.
+ * `started` runs once the subscription is live, so nothing it causes is missed. Rejects when `signal` aborts.
+ */
+export async function followRun(
+  deps: Deps,
+  threadId: string,
+  runId: string,
+  emit: (frame: DurableFrame | TransientFrame) => void,
+  signal: AbortSignal,
+  started: () => Promise<void>,
+): Promise<void> {
+  let done!: () => void;
+  let fail!: (err: unknown) => void;
+  const ended = new Promise<void>((resolve, reject) => {
+    done = resolve;
+    fail = reject;
+  });
+  const onFrame = (frame: BusFrame) => {
+    // Metadata frames carry no run id: only this run's durable and transient frames pass.
+    if (!('runId' in frame) || frame.runId !== runId) return;
+    emit(frame);
+    if (frame.type === 'run_completed') done();
+  };
+  const unsubscribe = await subscribeParsed(deps.bus, threadChannel(threadId), BusFrame, onFrame, () => undefined);
+  const onAbort = () => fail(signal.reason ?? new Error('aborted'));
+  signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    if (signal.aborted) onAbort();
+    await started();
+    await ended;
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+    await unsubscribe().catch(() => undefined);
+  }
+}
+
+/** Frames a linked device publishes for its run go to the device mesh (registered by app.ts: threads cannot import it). */
+export type DeviceFrameHandler = (ctx: Ctx, threadId: string, frame: ThreadEventFrame) => Promise<ThreadEventsResult>;
+const DEVICE_FRAMES = stateKey('threads.deviceFrames', () => ({ handler: null as DeviceFrameHandler | null }));
+
+export function registerDeviceFrames(deps: Deps, handler: DeviceFrameHandler): void {
+  deps.state.get(DEVICE_FRAMES).handler = handler;
+}
+
+/**
+ * POST /v1/thread-events. A person's credential publishes transient frames to their own thread; durable frames come
+ * only from the device credential of a local-device run's device, which the device mesh checks (ADR 0029).
+ */
+export async function publishThreadEvent(ctx: Ctx, threadId: string, frame: ThreadEventFrame): Promise<ThreadEventsResult> {
+  if (ctx.principal.kind === 'device') {
+    const handler = ctx.deps.state.get(DEVICE_FRAMES).handler;
+    if (!handler) throw errors.unavailable('this process does not serve the device mesh');
+    return handler(ctx, threadId, frame);
+  }
+  if ((DEVICE_DURABLE_TYPES as readonly string[]).includes(frame.type)) {
+    throw errors.invalidField(
+      'frame.type',
+      `${frame.type} is durable: runs write it, and a local-device run's device with its own credential; publish transient frames here`,
+    );
+  }
+  await publishTransient(ctx, threadId, frame as TransientFrame);
+  return { accepted: true };
 }

@@ -14,6 +14,7 @@ export const ERROR_STATUS = {
   provider_not_configured: 409,
   tool_not_installed: 409,
   payments_not_configured: 409,
+  link_expired: 410,
   payload_too_large: 413,
   quota_exceeded: 413,
   unsupported_media_type: 415,

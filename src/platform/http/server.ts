@@ -32,8 +32,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** `none`: public route. Default: a credential is required. */
     auth?: 'none';
-    /** Scope the caller must hold. */
-    scope?: Scope;
+    /** Scope the caller must hold (one of them, for a list). A device's credential passes only routes listing `runmesh:device`. */
+    scope?: Scope | readonly Scope[];
     /** Let a session with no organization through (profile, create organization). */
     allowNoOrg?: boolean;
     /** `query`: a WebSocket upgrade on this route authenticates itself from its query (and closes with a code). */
@@ -188,7 +188,12 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
       throw new AppError('forbidden', 'this request needs an organization: create one with POST /v1/organizations');
     }
     const scope = req.routeOptions.config.scope;
-    if (scope && !principal.scopes.has(scope)) throw new AppError('forbidden', `this credential lacks the "${scope}" scope`);
+    const wanted: readonly Scope[] = scope === undefined ? [] : typeof scope === 'string' ? [scope] : scope;
+    // A device's credential is good for the few routes made for devices, and nothing else (fail closed).
+    if (principal.kind === 'device' && !wanted.includes('runmesh:device'))
+      throw new AppError('forbidden', 'a device credential is only accepted on the device routes of the mesh');
+    if (wanted.length && !wanted.some((s) => principal.scopes.has(s)))
+      throw new AppError('forbidden', `this credential lacks the "${wanted.filter((s) => s !== 'runmesh:device').join('" or "')}" scope`);
     req.ctx = { deps, requestId: req.id, principal };
   });
 
