@@ -17,7 +17,7 @@ import { nowIso } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { runModelStream, type StreamLine } from '../models/index.js';
-import { acceptDeviceRun, appendDeviceFrame, devicePayload, deviceRun, endLocalRun, renewDeviceRun, type LocalDispatcher } from '../runs/index.js';
+import { acceptDeviceRun, appendDeviceFrame, devicePayload, deviceRun, endLocalRun, openLocalRun, renewDeviceRun, type LocalDispatcher } from '../runs/index.js';
 import { publishTransient, TransientFrame, type DeviceDurableFrame, type ThreadEventFrame, type ThreadEventsResult } from '../threads/index.js';
 import { deviceNodeId, requireTargetNode } from './nodes.js';
 import { writeAudit } from './repo.js';
@@ -476,8 +476,8 @@ export async function failNodeRuns(deps: Deps, nodeId: string, reason: string): 
 
 async function failDispatch(deps: Deps, d: { run_id: string; org_id: string }, reason: string): Promise<boolean> {
   await markDone(deps, d.run_id);
-  const row = await deps.db.kysely.selectFrom('agent_runs').selectAll().where('id', '=', d.run_id).where('org_id', '=', d.org_id).executeTakeFirst();
-  if (!row || (row.status !== 'registered' && row.status !== 'running')) return false;
+  const row = await openLocalRun(deps, d.org_id, d.run_id);
+  if (!row) return false;
   return (await endLocalRun(deps, row, { status: 'failed', error: reason })) !== null;
 }
 

@@ -10,6 +10,7 @@ import { exec, orgId, systemCtx, withTx, type Ctx, type Deps } from '../../platf
 import { AppError, errors } from '../../platform/http/errors.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
+import { findAgentRow } from '../agents/index.js';
 import { runUsageTotals } from '../models/index.js';
 import {
   appendDurable,
@@ -83,8 +84,7 @@ export async function deviceRun(ctx: Ctx, nodeId: string, runId: string): Promis
 
 /** What the device's loop starts from: the agent, and the thread's conversation (the new user message last). */
 export async function devicePayload(ctx: Ctx, row: RunRow) {
-  const agent = await exec(ctx).selectFrom('agents').selectAll().where('id', '=', row.agent_id).where('org_id', '=', row.org_id).executeTakeFirst();
-  if (!agent) throw errors.notFound('agent', row.agent_slug);
+  const agent = await findAgentRow(ownerCtx(ctx.deps, row), row.agent_slug);
   const { summary, messages } = await threadHistory(ownerCtx(ctx.deps, row), row.thread_id, row.rollout_id);
   const instructions = [agent.instructions, summary ? `Summary of the conversation so far:\n${summary}` : null].filter(Boolean).join('\n\n') || null;
   const config = { ...(JSON.parse(agent.config) as Record<string, unknown>) };
@@ -212,4 +212,10 @@ export async function followDeviceRun(
     if (!signal.aborted) throw err;
     await endDeviceRun(ctx.deps, row, { status: 'cancelled', error: 'the run was cancelled' }, finish);
   }
+}
+
+/** A local-device run that has not ended, by id within its organization (the mesh's sweeps); null otherwise. */
+export async function openLocalRun(deps: Deps, org: string, runId: string): Promise<RunRow | null> {
+  const row = await deps.db.kysely.selectFrom('agent_runs').selectAll().where('id', '=', runId).where('org_id', '=', org).executeTakeFirst();
+  return row && row.execution_mode === 'local-desktop' && (row.status === 'registered' || row.status === 'running') ? row : null;
 }

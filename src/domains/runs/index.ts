@@ -5,6 +5,7 @@ export {
   appendDeviceFrame,
   devicePayload,
   deviceRun,
+  openLocalRun,
   registerLocalDispatcher,
   renewDeviceRun,
   type LocalDispatcher,

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
+import { linkDevice } from '../../../test/runmesh.js';
 import { securitySuite } from '../../../test/security.js';
 import { acquireRunLock, activeRun, releaseRunLock } from '../threads/index.js';
 import { expectError, readSse, until } from '../../../test/helpers.js';
@@ -676,13 +677,14 @@ describe('runs on a configured provider', () => {
     });
 
     it('a local-desktop agent’s run is registered for its device, with its opening frames in the thread', async () => {
-      await c.agent(admin, { slug: 'desk', executionMode: 'local-desktop', targetDeviceId: 'dev_1', model: 'm1' });
+      const { nodeId } = await linkDevice(h, admin, 'desk');
+      await c.agent(admin, { slug: 'desk', executionMode: 'local-desktop', targetDeviceId: nodeId, model: 'm1' });
       const before = fake.requests.length;
       const r = await c.ran(admin, { agent: 'desk', prompt: 'Open my editor' });
       expect(r).toMatchObject({
         status: 'registered',
         executionMode: 'local-desktop',
-        targetDeviceId: 'dev_1',
+        targetDeviceId: nodeId,
         sandboxId: null,
         result: null,
         iterations: 0,
@@ -690,7 +692,7 @@ describe('runs on a configured provider', () => {
       expect(fake.requests.length).toBe(before);
       const events = await c.events(admin, r.threadId);
       expect(events.map((e) => e.type)).toEqual(['run_started', 'user_message']);
-      expect(events[0]!.payload).toMatchObject({ runId: r.runId, targetDeviceId: 'dev_1', executionMode: 'local-desktop' });
+      expect(events[0]!.payload).toMatchObject({ runId: r.runId, targetDeviceId: nodeId, executionMode: 'local-desktop' });
       expect(events[1]!.payload.text).toBe('Open my editor');
       expect(json(await c.call(admin, 'GET', `/v1/runs/${r.runId}`)).data.status).toBe('registered');
     });
@@ -776,14 +778,16 @@ describe('runs on models from a models file', () => {
 });
 
 let desks = 0;
-/** A run of `owner`'s that needs no model: a local-desktop agent's, registered. */
+/** A run of `owner`'s that calls no model on the server: a local-desktop agent's (on the owner's own key), registered. */
 async function registeredRun(owner: Actor, h: Harness): Promise<string> {
   const slug = `desk-${++desks}`;
+  const { nodeId } = await linkDevice(h, owner, slug);
+  await h.app.inject({ method: 'POST', url: '/v1/secrets', headers: owner.headers, payload: { name: 'OPENAI_API_KEY', value: 'sk-test' } });
   const agent = await h.app.inject({
     method: 'POST',
     url: '/v1/agents',
     headers: owner.headers,
-    payload: { slug, executionMode: 'local-desktop', targetDeviceId: 'dev_sec' },
+    payload: { slug, executionMode: 'local-desktop', targetDeviceId: nodeId, model: 'byok/openai/gpt-4o-mini' },
   });
   expect(agent.statusCode, agent.body).toBe(201);
   const res = await h.app.inject({ method: 'POST', url: '/v1/run', headers: owner.headers, payload: { agent: slug, prompt: 'hi' } });

@@ -91,8 +91,7 @@ const deviceDurable = <T extends (typeof DEVICE_DURABLE_TYPES)[number]>(type: T)
       messageId: z.string().min(1).max(200).optional(),
       sequenceNumber: z.number().int().positive().describe('The device’s own counter of durable frames for the run: 1, 2, 3…'),
       payload: DurablePayloads[type],
-    })
-    .strict();
+    });
 export const DeviceDurableFrame = z.discriminatedUnion('type', [
   deviceDurable('assistant_message'),
   deviceDurable('tool_call'),

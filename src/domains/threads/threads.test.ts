@@ -747,8 +747,8 @@ describe('threads', () => {
       expect(readFileSync(jsonlPath(t), 'utf8').trimEnd().split('\n')).toHaveLength(1);
     });
 
-    it('a durable frame type is 400 naming frame.type', async () => {
-      const res = await post({ threadId: t.id, frame: frame({ type: 'assistant_message' }) });
+    it('a durable frame type from a person’s credential is 400 naming frame.type (only a local-device run’s device publishes those)', async () => {
+      const res = await post({ threadId: t.id, frame: frame({ type: 'assistant_message', payload: { text: 'forged' } }) });
       expect(res.statusCode).toBe(400);
       const error = json(res).error;
       expect(error.code).toBe('invalid_request');
