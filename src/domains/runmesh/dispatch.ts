@@ -17,7 +17,16 @@ import { nowIso } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { runModelStream, type StreamLine } from '../models/index.js';
-import { acceptDeviceRun, appendDeviceFrame, devicePayload, deviceRun, endLocalRun, openLocalRun, renewDeviceRun, type LocalDispatcher } from '../runs/index.js';
+import {
+  acceptDeviceRun,
+  appendDeviceFrame,
+  devicePayload,
+  deviceRun,
+  endLocalRun,
+  openLocalRun,
+  renewDeviceRun,
+  type LocalDispatcher,
+} from '../runs/index.js';
 import { publishTransient, TransientFrame, type DeviceDurableFrame, type ThreadEventFrame, type ThreadEventsResult } from '../threads/index.js';
 import { deviceNodeId, requireTargetNode } from './nodes.js';
 import { writeAudit } from './repo.js';

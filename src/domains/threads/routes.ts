@@ -260,7 +260,8 @@ export async function threadRoutes(app: App, deps: Deps) {
     async (req, reply) => {
       const { threadId, frame } = req.body;
       const result = await publishThreadEvent(req.ctx, threadId, frame);
-      return reply.status(result.sequence === undefined && !result.duplicate ? 202 : 200).send(ok(req, result));
+      // A durable frame (a device's) was written when this answers: 200; a transient one was fanned out: 202.
+      return reply.status('payload' in frame ? 200 : 202).send(ok(req, result));
     },
   );
 }

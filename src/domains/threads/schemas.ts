@@ -82,16 +82,15 @@ export const TransientFrameBody = TransientFrame.superRefine((frame, ctx) => {
 /** The durable frames a local-device run's device publishes (ADR 0029): `sequenceNumber` is the device's own counter for the run. */
 export const DEVICE_DURABLE_TYPES = ['assistant_message', 'tool_call', 'tool_result', 'run_completed'] as const;
 const deviceDurable = <T extends (typeof DEVICE_DURABLE_TYPES)[number]>(type: T) =>
-  z
-    .object({
-      type: z.literal(type),
-      threadId: z.string().optional(),
-      runId: z.string().min(1).max(100),
-      rolloutId: z.string().min(1).max(100),
-      messageId: z.string().min(1).max(200).optional(),
-      sequenceNumber: z.number().int().positive().describe('The device’s own counter of durable frames for the run: 1, 2, 3…'),
-      payload: DurablePayloads[type],
-    });
+  z.object({
+    type: z.literal(type),
+    threadId: z.string().optional(),
+    runId: z.string().min(1).max(100),
+    rolloutId: z.string().min(1).max(100),
+    messageId: z.string().min(1).max(200).optional(),
+    sequenceNumber: z.number().int().positive().describe('The device’s own counter of durable frames for the run: 1, 2, 3…'),
+    payload: DurablePayloads[type],
+  });
 export const DeviceDurableFrame = z.discriminatedUnion('type', [
   deviceDurable('assistant_message'),
   deviceDurable('tool_call'),
