@@ -110,7 +110,8 @@ export async function link(io: Io, opts: { url?: string; label?: string; force?:
       continue;
     }
     if (poll.status === 'expired') throw new DeviceCliError(`code ${start.code} expired before it was approved; run \`hangar device link\` again`);
-    if (poll.status === 'completed') throw new DeviceCliError(`code ${start.code} was already collected by another poll; run \`hangar device link\` again`);
+    if (poll.status === 'completed')
+      throw new DeviceCliError(`code ${start.code} was already collected by another poll; run \`hangar device link\` again`);
     if (poll.status !== 'approved') throw new DeviceCliError(`unexpected link status ${(poll as { status: string }).status}`);
     const config: DeviceConfig = {
       url,
@@ -147,7 +148,9 @@ export async function status(io: Io, opts: { json?: boolean }): Promise<void> {
   const api = new DeviceApi({ url: config.url, token: config.deviceToken });
   const node = await api.call<NodeView>('GET', '/v1/runmesh/device', undefined, io.signal).catch((err) => {
     if (err instanceof ApiError && err.status === 401)
-      throw new DeviceCliError(`the server no longer accepts this device's credential (node ${config.nodeId} was revoked?): run \`hangar device link --force\``);
+      throw new DeviceCliError(
+        `the server no longer accepts this device's credential (node ${config.nodeId} was revoked?): run \`hangar device link --force\``,
+      );
     return describeApiError(err, config.url);
   });
   if (opts.json) return io.out(JSON.stringify({ ...node, url: config.url, publicKey: config.publicKey }));
@@ -172,7 +175,9 @@ export async function unlink(io: Io, opts: { force?: boolean }): Promise<void> {
     else if (opts.force) io.err(`warning: could not revoke on the server (${(err as Error).message}); forgetting the link anyway`);
     else {
       const why = err instanceof ApiError ? err.message : String(err);
-      throw new DeviceCliError(`could not revoke the device on the server (${why}). Nothing was changed; \`hangar device unlink --force\` forgets it locally anyway.`);
+      throw new DeviceCliError(
+        `could not revoke the device on the server (${why}). Nothing was changed; \`hangar device unlink --force\` forgets it locally anyway.`,
+      );
     }
   }
   await removeConfig(io.env);
@@ -191,7 +196,14 @@ export async function run(io: Io, opts: { workspace?: string; endpoint?: string[
   }
   io.out(`Device ${config.nodeId} taking runs from ${config.url} in ${workspace} (one at a time; Ctrl-C to stop)`);
   try {
-    await runDevice({ config, workspace, endpoints, once: opts.once, signal: io.signal, log: (line) => io.out(`${new Date().toISOString()} ${line}`) });
+    await runDevice({
+      config,
+      workspace,
+      endpoints,
+      once: opts.once,
+      signal: io.signal,
+      log: (line) => io.out(`${new Date().toISOString()} ${line}`),
+    });
   } catch (err) {
     if (err instanceof RevokedError) throw new DeviceCliError(err.message);
     throw err;

@@ -69,9 +69,18 @@ describe('device config', () => {
     expect(Buffer.from(a.publicKey, 'base64')).toHaveLength(32);
     expect(Buffer.from(a.privateKey, 'base64')).toHaveLength(32);
     // Rebuild key objects from the raw bytes and check both sides agree on a shared secret.
-    const spki = (raw: string) => createPublicKey({ key: Buffer.concat([Buffer.from('302a300506032b656e032100', 'hex'), Buffer.from(raw, 'base64')]), format: 'der', type: 'spki' });
+    const spki = (raw: string) =>
+      createPublicKey({
+        key: Buffer.concat([Buffer.from('302a300506032b656e032100', 'hex'), Buffer.from(raw, 'base64')]),
+        format: 'der',
+        type: 'spki',
+      });
     const pkcs8 = (raw: string) =>
-      createPrivateKey({ key: Buffer.concat([Buffer.from('302e020100300506032b656e04220420', 'hex'), Buffer.from(raw, 'base64')]), format: 'der', type: 'pkcs8' });
+      createPrivateKey({
+        key: Buffer.concat([Buffer.from('302e020100300506032b656e04220420', 'hex'), Buffer.from(raw, 'base64')]),
+        format: 'der',
+        type: 'pkcs8',
+      });
     const s1 = diffieHellman({ privateKey: pkcs8(a.privateKey), publicKey: spki(b.publicKey) });
     const s2 = diffieHellman({ privateKey: pkcs8(b.privateKey), publicKey: spki(a.publicKey) });
     expect(s1.equals(s2)).toBe(true);

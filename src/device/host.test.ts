@@ -20,7 +20,16 @@ describe('WorkspaceHost with the agent tools', () => {
     await fs.mkdir(ws);
     host = await WorkspaceHost.open(ws);
     streamed = '';
-    env = { host, home: host.workspace, tmp: host.tmp, pids: new Set(), onOutput: (c) => void (streamed += c), signal: new AbortController().signal };
+    env = {
+      host,
+      home: host.workspace,
+      tmp: host.tmp,
+      pids: new Set(),
+      onOutput: (c) => {
+        streamed += c;
+      },
+      signal: new AbortController().signal,
+    };
   });
   afterEach(async () => {
     await host.dispose();

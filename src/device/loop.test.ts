@@ -41,13 +41,17 @@ async function fakeServer(turns: Array<Array<Record<string, unknown>>>, opts: { 
         if (opts.failFirstEvent && !failed && frame.payload) {
           failed = true;
           frames.push({ ...frame, failedWith503: true });
-          return void res.writeHead(503, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'unavailable', message: 'try again' } }));
+          return void res
+            .writeHead(503, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ error: { code: 'unavailable', message: 'try again' } }));
         }
         frames.push(frame);
         if (!frame.payload) return void res.writeHead(202).end();
         durableCount++;
         if (opts.conflictAfter !== undefined && durableCount > opts.conflictAfter)
-          return void res.writeHead(409, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'invalid_state', message: 'cancelled' } }));
+          return void res
+            .writeHead(409, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ error: { code: 'invalid_state', message: 'cancelled' } }));
         return void res
           .writeHead(200, { 'content-type': 'application/json' })
           .end(JSON.stringify({ data: { accepted: true, duplicate: false, sequence: durableCount } }));
@@ -157,7 +161,15 @@ describe('the device agent loop', () => {
   });
 
   it('retries a durable frame after a 5xx with the same counter', async () => {
-    server = await fakeServer([[{ type: 'text-delta', text: 'hello' }, { type: 'finish', usage }]], { failFirstEvent: true });
+    server = await fakeServer(
+      [
+        [
+          { type: 'text-delta', text: 'hello' },
+          { type: 'finish', usage },
+        ],
+      ],
+      { failFirstEvent: true },
+    );
     const end = await runDeviceRun(run(), deps(server.url));
     expect(end).toMatchObject({ kind: 'finished', status: 'completed' });
     const durable = server.frames.filter((f) => f.payload);
@@ -174,23 +186,43 @@ describe('the device agent loop', () => {
     expect(server.frames.filter((f) => f.payload).at(-1)).toMatchObject({ type: 'run_completed', sequenceNumber: 1, payload: { status: 'failed' } });
     await server.close();
 
-    const call = (i: number) => [{ type: 'tool-call', id: `c${i}`, name: 'exec_command', input: { cmd: 'true' } }, { type: 'finish', usage }];
+    const call = (i: number) => [
+      { type: 'tool-call', id: `c${i}`, name: 'exec_command', input: { cmd: 'true' } },
+      { type: 'finish', usage },
+    ];
     server = await fakeServer([call(1), call(2)]);
     const r = run();
     r.agent.config.maxTurns = 2;
     expect(await runDeviceRun(r, deps(server.url))).toMatchObject({ kind: 'finished', status: 'max_turns', iterations: 2 });
-    expect(server.frames.filter((f) => f.payload).at(-1)).toMatchObject({ type: 'run_completed', sequenceNumber: 5, payload: { status: 'max_turns' } });
+    expect(server.frames.filter((f) => f.payload).at(-1)).toMatchObject({
+      type: 'run_completed',
+      sequenceNumber: 5,
+      payload: { status: 'max_turns' },
+    });
   });
 
   it('stops at a 409 and on cancel, killing its processes and posting nothing more', async () => {
-    server = await fakeServer([[{ type: 'tool-call', id: 'c1', name: 'exec_command', input: { cmd: 'true' } }, { type: 'finish', usage }]], {
-      conflictAfter: 0,
-    });
+    server = await fakeServer(
+      [
+        [
+          { type: 'tool-call', id: 'c1', name: 'exec_command', input: { cmd: 'true' } },
+          { type: 'finish', usage },
+        ],
+      ],
+      {
+        conflictAfter: 0,
+      },
+    );
     expect(await runDeviceRun(run(), deps(server.url))).toMatchObject({ kind: 'stopped' });
     expect(server.frames.filter((f) => f.payload).map((f) => f.type)).toEqual(['tool_call']);
     await server.close();
 
-    server = await fakeServer([[{ type: 'tool-call', id: 'c1', name: 'exec_command', input: { cmd: 'echo $$ > pid; sleep 30' } }, { type: 'finish', usage }]]);
+    server = await fakeServer([
+      [
+        { type: 'tool-call', id: 'c1', name: 'exec_command', input: { cmd: 'echo $$ > pid; sleep 30' } },
+        { type: 'finish', usage },
+      ],
+    ]);
     const ac = new AbortController();
     const pending = runDeviceRun(run(), deps(server.url, ac.signal));
     let pid = 0;

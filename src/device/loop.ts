@@ -28,7 +28,9 @@ export interface Usage {
 }
 
 /** How a run ended on this device: finished (run_completed posted), or stopped (cancelled / no longer ours: nothing posted). */
-export type RunEnd = { kind: 'finished'; status: RunStatus; iterations: number; error: string | null; usage: Usage } | { kind: 'stopped'; reason: string };
+export type RunEnd =
+  | { kind: 'finished'; status: RunStatus; iterations: number; error: string | null; usage: Usage }
+  | { kind: 'stopped'; reason: string };
 
 export interface LoopDeps {
   api: DeviceApi;
@@ -280,7 +282,11 @@ class Coalescer {
     for (const d of batch) {
       const frame =
         d.type === 'tool_output_delta' ? { type: d.type, toolCallId: d.id, delta: d.text } : { type: d.type, messageId: d.id, delta: d.text };
-      this.chain = this.chain.then(() => this.send(frame)).catch((err) => void (this.failure ??= err));
+      this.chain = this.chain
+        .then(() => this.send(frame))
+        .catch((err) => {
+          this.failure ??= err;
+        });
     }
     return this.chain;
   }

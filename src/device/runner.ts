@@ -163,13 +163,22 @@ export async function runDevice(opts: RunnerOptions): Promise<void> {
     socket = null;
     if (finished) break;
     if (closed.code === 4401) {
-      stop(new RevokedError('the server refused this device\u2019s credential (revoked or unknown): link it again with `hangar device link --force`'));
+      stop(
+        new RevokedError('the server refused this device\u2019s credential (revoked or unknown): link it again with `hangar device link --force`'),
+      );
       break;
     }
     opts.log(`disconnected (${closed.code}${closed.reason ? ` ${closed.reason}` : ''}); reconnecting in ${(delay / 1000).toFixed(1)}s`);
     await new Promise<void>((r) => {
       const t = setTimeout(r, delay);
-      done.signal.addEventListener('abort', () => (clearTimeout(t), r()), { once: true });
+      done.signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(t);
+          r();
+        },
+        { once: true },
+      );
     });
     delay = Math.min(delay * 2, max);
   }
