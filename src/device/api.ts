@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Agent, fetch, type Response } from 'undici';
 
 /** An error answer from the Hangar server (`{ error: { code, message } }`), or a network failure (status 0). */
 export class ApiError extends Error {
@@ -27,7 +28,15 @@ const retryable = (err: unknown) => err instanceof ApiError && (err.status === 0
 
 /** A small client of the device routes: JSON envelopes, retries with backoff on network errors and 5xx. */
 export class DeviceApi {
+  /** Its own connection pool, closed by close(): a finished command does not wait for idle keep-alive sockets. */
+  private readonly agent = new Agent({ keepAliveTimeout: 1000 });
+
   constructor(readonly opts: ApiOptions) {}
+
+  /** Closes idle connections (call when done with the client). */
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
 
   private headers(json: boolean): Record<string, string> {
     return {
@@ -49,6 +58,7 @@ export class DeviceApi {
             headers: this.headers(body !== undefined),
             body: body === undefined ? undefined : JSON.stringify(body),
             signal,
+            dispatcher: this.agent,
           });
         } catch (err) {
           if (signal?.aborted) throw err;
@@ -78,7 +88,7 @@ export class DeviceApi {
     if (!res.body) return;
     const decoder = new TextDecoder();
     let buffered = '';
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    for await (const chunk of res.body) {
       buffered += decoder.decode(chunk, { stream: true });
       let nl = buffered.indexOf('\n');
       while (nl >= 0) {

@@ -39,9 +39,9 @@ function appVersion(): string {
   }
 }
 
-const describeApiError = (err: unknown, url: string): never => {
+const describeApiError = (err: unknown): never => {
   if (err instanceof ApiError) {
-    if (err.status === 0) throw new DeviceCliError(`cannot reach the Hangar server at ${url} (${err.message})`);
+    if (err.status === 0) throw new DeviceCliError(err.message);
     throw new DeviceCliError(`the server answered ${err.status} ${err.code}: ${err.message}`);
   }
   throw err;
@@ -81,6 +81,18 @@ export async function link(io: Io, opts: { url?: string; label?: string; force?:
   const label = opts.label?.trim() || os.hostname();
   const keys = generateKeyPair();
   const api = new DeviceApi({ url });
+  try {
+    return await pollLink(io, api, { url, label, keys });
+  } finally {
+    await api.close();
+  }
+}
+
+async function pollLink(
+  io: Io,
+  api: DeviceApi,
+  { url, label, keys }: { url: string; label: string; keys: { privateKey: string; publicKey: string } },
+) {
   const start = await api
     .call<LinkStart>(
       'POST',
@@ -88,7 +100,7 @@ export async function link(io: Io, opts: { url?: string; label?: string; force?:
       { publicKey: keys.publicKey, deviceLabel: label, os: `${os.type()} ${os.release()} ${os.arch()}`, appVersion: appVersion() },
       io.signal,
     )
-    .catch((err) => describeApiError(err, url));
+    .catch((err) => describeApiError(err));
   io.out(`Open ${start.url} and approve code ${start.code}`);
   io.out(`(the code expires at ${start.expiresAt}; Ctrl-C to give up)`);
   let interval = Math.max(1, Number(start.interval) || 5);
@@ -102,7 +114,7 @@ export async function link(io: Io, opts: { url?: string; label?: string; force?:
       .call<LinkPoll>('POST', '/v1/runmesh/devices/link/poll', { code: start.code, pollSecret: start.pollSecret }, io.signal)
       .catch((err) => {
         if (io.signal.aborted) throw new DeviceCliError('link aborted; nothing was saved');
-        return describeApiError(err, url);
+        return describeApiError(err);
       });
     if (poll.status === 'pending' || poll.status === 'slow_down') {
       if (typeof poll.interval === 'number' && poll.interval > 0) interval = poll.interval;
@@ -146,13 +158,16 @@ interface NodeView {
 export async function status(io: Io, opts: { json?: boolean }): Promise<void> {
   const config = await linked(io);
   const api = new DeviceApi({ url: config.url, token: config.deviceToken });
-  const node = await api.call<NodeView>('GET', '/v1/runmesh/device', undefined, io.signal).catch((err) => {
-    if (err instanceof ApiError && err.status === 401)
-      throw new DeviceCliError(
-        `the server no longer accepts this device's credential (node ${config.nodeId} was revoked?): run \`hangar device link --force\``,
-      );
-    return describeApiError(err, config.url);
-  });
+  const node = await api
+    .call<NodeView>('GET', '/v1/runmesh/device', undefined, io.signal)
+    .finally(() => api.close())
+    .catch((err) => {
+      if (err instanceof ApiError && err.status === 401)
+        throw new DeviceCliError(
+          `the server no longer accepts this device's credential (node ${config.nodeId} was revoked?): run \`hangar device link --force\``,
+        );
+      return describeApiError(err);
+    });
   if (opts.json) return io.out(JSON.stringify({ ...node, url: config.url, publicKey: config.publicKey }));
   io.out(`Node          ${node.id} (${node.name})`);
   io.out(`Server        ${config.url}`);
@@ -179,6 +194,8 @@ export async function unlink(io: Io, opts: { force?: boolean }): Promise<void> {
         `could not revoke the device on the server (${why}). Nothing was changed; \`hangar device unlink --force\` forgets it locally anyway.`,
       );
     }
+  } finally {
+    await api.close();
   }
   await removeConfig(io.env);
   io.out(`Removed ${configPath(io.env)}`);

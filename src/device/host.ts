@@ -192,7 +192,9 @@ export class WorkspaceHost implements ToolHost {
       waits.push(new Promise<void>((resolve) => proc.child.once('close', () => resolve())));
       killGroup(pid);
     }
-    await Promise.race([Promise.all(waits), new Promise((r) => setTimeout(r, 2000))]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(waits), new Promise((r) => (timer = setTimeout(r, 2000)))]);
+    clearTimeout(timer);
     await fs.rm(this.tmp, { recursive: true, force: true });
   }
 }

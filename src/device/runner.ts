@@ -183,5 +183,6 @@ export async function runDevice(opts: RunnerOptions): Promise<void> {
     delay = Math.min(delay * 2, max);
   }
   await worker;
+  await api.close();
   if (failure) throw failure;
 }
