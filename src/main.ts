@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import { DEVICE_USAGE, DeviceCliError, deviceCli } from './device/cli.js';
 import { createApiKey, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
 import { bootstrapOrganization, firstMembership } from './domains/organizations/index.js';
 import { assignPlan, createPromoCode, listPlans, listPromoCodes, type PromoCode } from './domains/billing/index.js';
@@ -23,6 +24,9 @@ Commands:
   promo list [--json]                                          every promo code and its redemptions
   plans list [--json]                                          the plans this server offers (built-in free + HANGAR_BILLING_PLANS_FILE)
   plans assign --org ID --plan PLAN [--json]                   put an organization on a plan
+  device link [--url URL] [--label NAME] [--force]             link this machine to a Hangar server as a device
+  device run [--workspace DIR] [--endpoint HOST:PORT] [--once] do the runs dispatched to this device in DIR
+  device status [--json] | device unlink [--force]             this device's node; revoke and forget the link
 
 Configuration comes from the environment: see README.md.`;
 
@@ -197,6 +201,8 @@ async function threadsRebuild(config: Config, opts: { thread?: string; json: boo
 async function main(argv: string[]) {
   if (argv[0] === '--help' || argv[0] === '-h') argv = ['help'];
   const [command, ...rest] = argv;
+  // The device side of the mesh talks to a server over HTTP and needs none of the server's configuration.
+  if (command === 'device') return deviceCli(rest);
   const sub = command === 'keys' || command === 'threads' || command === 'promo' || command === 'plans' ? rest.shift() : undefined;
   const { values } = parseArgs({
     args: rest,
@@ -266,12 +272,12 @@ async function main(argv: string[]) {
 }
 
 main(process.argv.slice(2)).catch((err) => {
-  if (err instanceof ConfigError || err instanceof CliError || err instanceof AppError) {
+  if (err instanceof ConfigError || err instanceof CliError || err instanceof AppError || err instanceof DeviceCliError) {
     console.error(`hangar: ${err.message}`);
     process.exit(2);
   }
   if ((err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
-    console.error(`hangar: ${(err as Error).message}\n\n${USAGE}`);
+    console.error(`hangar: ${(err as Error).message}\n\n${process.argv[2] === 'device' ? DEVICE_USAGE : USAGE}`);
     process.exit(2);
   }
   console.error(err);

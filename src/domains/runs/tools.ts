@@ -1,13 +1,11 @@
-import { jsonSchema, tool, type ToolSet } from 'ai';
-import path from 'node:path';
+import { runTool as runHostTool, SANDBOX_PLACE, toolDefinitions as hostToolDefinitions, type ToolOutcome } from '../../platform/agent-tools.js';
 import type { AgentClient } from '../../platform/sandboxes/index.js';
 
-/** What a tool call gives back: text for the model (and the thread), optionally an image, and whether it failed. */
-export interface ToolOutcome {
-  output: string;
-  isError: boolean;
-  image?: { data: string; mediaType: string };
-}
+/**
+ * The sandbox runs' tools: the shared tools of src/platform/agent-tools.ts over the sandbox's agent, with its home
+ * /home/user and scratch files in /tmp (a device runs the same tools in its workspace folder, see src/device/).
+ */
+export { ToolInputError, type ToolOutcome } from '../../platform/agent-tools.js';
 
 export interface ToolEnv {
   agent: AgentClient;
@@ -18,179 +16,11 @@ export interface ToolEnv {
   signal: AbortSignal;
 }
 
-/** What the model sees of a command's output: the head and tail of each stream past this many bytes. */
-const OUTPUT_CAP = 32 * 1024;
-const DEFAULT_TIMEOUT_MS = 60_000;
-const MAX_TIMEOUT_MS = 15 * 60_000;
-const IMAGE_MAX_BYTES = 5 * 1024 * 1024;
-const IMAGE_TYPES: Record<string, string> = {
-  '.png': 'image/png',
-  '.jpg': 'image/jpeg',
-  '.jpeg': 'image/jpeg',
-  '.gif': 'image/gif',
-  '.webp': 'image/webp',
-};
-
-const schema = (properties: Record<string, unknown>, required: string[]) =>
-  jsonSchema({ type: 'object', properties, required, additionalProperties: false } as never);
-
 /** The definitions the model gets (no `execute`: the run loop executes calls itself, streaming their output into the thread). */
-export function toolDefinitions(names: readonly string[]): ToolSet {
-  const all: ToolSet = {
-    exec_command: tool({
-      description:
-        'Run a shell command (bash) in your sandbox, as the unprivileged user "user" in /home/user. Returns exit code, stdout and stderr (long output is cut in the middle). Set background true for a long-running process: you get its pid and its first output; send it input with write_stdin.',
-      inputSchema: schema(
-        {
-          cmd: { type: 'string', description: 'The command line' },
-          cwd: { type: 'string', description: 'Working directory (default /home/user)' },
-          timeout_ms: { type: 'integer', description: `Kill it after this long (default ${DEFAULT_TIMEOUT_MS}, at most ${MAX_TIMEOUT_MS})` },
-          background: { type: 'boolean', description: 'Start it and return at once with its pid' },
-        },
-        ['cmd'],
-      ),
-    }),
-    write_stdin: tool({
-      description: 'Write to the standard input of a background process you started with exec_command, then return its output so far.',
-      inputSchema: schema(
-        {
-          pid: { type: 'integer' },
-          data: { type: 'string', description: 'Text to write (include a trailing newline to send a line)' },
-          close: { type: 'boolean', description: 'Close its stdin afterwards' },
-        },
-        ['pid', 'data'],
-      ),
-    }),
-    apply_patch: tool({
-      description:
-        'Apply a patch in unified diff format (as produced by `diff -u` or `git diff`; paths relative to /home/user, a/ and b/ prefixes allowed; /dev/null creates or deletes a file). Refused, changing nothing, when a hunk does not apply.',
-      inputSchema: schema({ patch: { type: 'string' } }, ['patch']),
-    }),
-    view_image: tool({
-      description: 'Look at an image file (PNG, JPEG, GIF, WebP, at most 5 MB) in your sandbox.',
-      inputSchema: schema({ path: { type: 'string', description: 'Absolute, or relative to /home/user' } }, ['path']),
-    }),
-  };
-  return Object.fromEntries(names.filter((n) => n in all).map((n) => [n, all[n]!]));
-}
-
-function cap(text: string): string {
-  if (Buffer.byteLength(text) <= OUTPUT_CAP) return text;
-  const half = OUTPUT_CAP / 2;
-  return `${text.slice(0, half)}\n… [${Buffer.byteLength(text) - OUTPUT_CAP} bytes cut] …\n${text.slice(-half)}`;
-}
-
-async function collect(env: ToolEnv, pid: number, follow: boolean, waitMs = 0) {
-  let stdout = '';
-  let stderr = '';
-  let exit: { exitCode: number | null; signal: string | null; timedOut: boolean } | null = null;
-  const controller = new AbortController();
-  const stop = () => controller.abort();
-  env.signal.addEventListener('abort', stop);
-  const timer = waitMs ? setTimeout(stop, waitMs) : null;
-  try {
-    for await (const ev of env.agent.output(pid, { follow, signal: controller.signal })) {
-      if (ev.type === 'exit') {
-        exit = ev;
-        break;
-      }
-      const text = Buffer.from(ev.data, 'base64').toString('utf8');
-      env.onOutput(text);
-      if (ev.type === 'stdout') stdout += text;
-      else stderr += text;
-    }
-  } catch (err) {
-    if (!controller.signal.aborted) throw err;
-  } finally {
-    if (timer) clearTimeout(timer);
-    env.signal.removeEventListener('abort', stop);
-  }
-  return { stdout, stderr, exit };
-}
-
-function describeRun(r: Awaited<ReturnType<typeof collect>>, pid: number): ToolOutcome {
-  const head = r.exit
-    ? r.exit.timedOut
-      ? 'timed out (killed)'
-      : r.exit.signal
-        ? `killed by ${r.exit.signal}`
-        : `exit code ${r.exit.exitCode}`
-    : `still running (pid ${pid})`;
-  const parts = [head];
-  if (r.stdout) parts.push(`stdout:\n${cap(r.stdout)}`);
-  if (r.stderr) parts.push(`stderr:\n${cap(r.stderr)}`);
-  return { output: parts.join('\n'), isError: !!r.exit && (r.exit.exitCode !== 0 || r.exit.timedOut || !!r.exit.signal) };
-}
-
-const str = (v: unknown, name: string): string => {
-  if (typeof v !== 'string' || !v) throw new ToolInputError(`"${name}" must be a non-empty string`);
-  return v;
-};
-
-export class ToolInputError extends Error {}
+export const toolDefinitions = (names: readonly string[]) => hostToolDefinitions(names, SANDBOX_PLACE);
 
 /** Runs one tool call in the sandbox. Failures the model can act on are outcomes with isError, not exceptions. */
-export async function runTool(name: string, input: unknown, env: ToolEnv): Promise<ToolOutcome> {
-  const args = (input ?? {}) as Record<string, unknown>;
-  try {
-    switch (name) {
-      case 'exec_command': {
-        const timeout = Math.min(MAX_TIMEOUT_MS, Math.max(1, Number(args.timeout_ms ?? DEFAULT_TIMEOUT_MS) || DEFAULT_TIMEOUT_MS));
-        const background = args.background === true;
-        const { pid } = await env.agent.startProcess({
-          cmd: str(args.cmd, 'cmd'),
-          cwd: typeof args.cwd === 'string' ? args.cwd : undefined,
-          keepStdin: background,
-          timeoutMs: background ? 0 : timeout,
-        });
-        env.pids.add(pid);
-        const r = await collect(env, pid, true, background ? 1000 : 0);
-        return describeRun(r, pid);
-      }
-      case 'write_stdin': {
-        const pid = Number(args.pid);
-        if (!env.pids.has(pid)) return { output: `pid ${args.pid} is not a process this run started`, isError: true };
-        await env.agent.sendStdin(pid, Buffer.from(str(args.data, 'data')).toString('base64'), args.close === true);
-        await new Promise((r) => setTimeout(r, 200));
-        return describeRun(await collect(env, pid, false), pid);
-      }
-      case 'apply_patch': {
-        const patch = str(args.patch, 'patch');
-        const file = `/tmp/.hangar-patch-${Date.now()}-${Math.random().toString(36).slice(2)}.diff`;
-        await env.agent.write(file, Buffer.from(patch.endsWith('\n') ? patch : `${patch}\n`));
-        // Dry run first, so a patch that does not apply changes nothing; -p1 for a/ b/ prefixes, else -p0.
-        const strip = /^(---|\+\+\+) (a|b)\//m.test(patch) ? 1 : 0;
-        const cmd = `cd /home/user && patch -p${strip} --forward --batch --dry-run -i ${file} >/tmp/.hangar-patch.out 2>&1 && patch -p${strip} --forward --batch -i ${file}; code=$?; [ $code -ne 0 ] && cat /tmp/.hangar-patch.out; rm -f ${file} /tmp/.hangar-patch.out; exit $code`;
-        const { pid } = await env.agent.startProcess({ cmd, timeoutMs: 60_000 });
-        const r = await collect(env, pid, true);
-        const ok = r.exit?.exitCode === 0;
-        return {
-          output: ok ? `applied:\n${r.stdout.trim()}` : `the patch does not apply; nothing was changed:\n${cap(r.stdout + r.stderr).trim()}`,
-          isError: !ok,
-        };
-      }
-      case 'view_image': {
-        const p = str(args.path, 'path');
-        const abs = p.startsWith('/') ? p : path.posix.join('/home/user', p);
-        const mediaType = IMAGE_TYPES[path.posix.extname(abs).toLowerCase()];
-        if (!mediaType) return { output: `${abs} is not a PNG, JPEG, GIF or WebP file`, isError: true };
-        const { stream, size } = await env.agent.read(abs);
-        if (size > IMAGE_MAX_BYTES) {
-          stream.destroy();
-          return { output: `${abs} is ${size} bytes; images up to ${IMAGE_MAX_BYTES} bytes can be viewed`, isError: true };
-        }
-        const chunks: Buffer[] = [];
-        for await (const c of stream) chunks.push(c as Buffer);
-        return {
-          output: `image ${abs} (${mediaType}, ${size} bytes)`,
-          isError: false,
-          image: { data: Buffer.concat(chunks).toString('base64'), mediaType },
-        };
-      }
-      default:
-        return { output: `unknown tool ${name}`, isError: true };
-    }
-  } catch (err) {
-    return { output: `${name} failed: ${(err as Error).message}`, isError: true };
-  }
+export function runTool(name: string, input: unknown, env: ToolEnv): Promise<ToolOutcome> {
+  const { agent, ...rest } = env;
+  return runHostTool(name, input, { ...rest, host: agent, home: SANDBOX_PLACE.home, tmp: '/tmp' });
 }
