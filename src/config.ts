@@ -162,6 +162,8 @@ export type Config = Readonly<{
   redisUrl?: string;
   services: readonly ServiceName[];
   urls: Readonly<Record<ServiceName, string>>;
+  /** HANGAR_BASE_URL when set: the address people use (links shown to them); null: the request's own origin. */
+  publicBaseUrl: string | null;
   /** Master secret (32+ bytes) from which signing and encryption keys are derived. */
   secretKey: Buffer;
   oidc?: Readonly<{ issuer: string; audience: string; jwksUrl?: string }>;
@@ -581,6 +583,7 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
     redisUrl: e.REDIS_URL,
     services: Object.freeze(services),
     urls: Object.freeze(urls),
+    publicBaseUrl: e.HANGAR_BASE_URL?.replace(/\/+$/, '') ?? null,
     secretKey,
     oidc: e.HANGAR_OIDC_ISSUER
       ? Object.freeze({ issuer: e.HANGAR_OIDC_ISSUER, audience: e.HANGAR_OIDC_AUDIENCE!, jwksUrl: e.HANGAR_OIDC_JWKS_URL })

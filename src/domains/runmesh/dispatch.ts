@@ -400,7 +400,6 @@ export async function deviceFrame(ctx: Ctx, threadId: string, frame: ThreadEvent
       const result = await endLocalRun(ctx.deps, row, {
         status,
         error: status === 'failed' ? (p.error ?? 'the device reported a failure') : (p.error ?? null),
-        result: typeof p.result === 'string' ? p.result : null,
         iterations: p.iterations,
       });
       await markDone(ctx.deps, row.id);

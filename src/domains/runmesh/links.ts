@@ -47,8 +47,9 @@ export function normalizeCode(input: string): string | null {
 
 export const displayCode = (code: string): string => `${code.slice(0, 4)}-${code.slice(4)}`;
 
-export function linkUrl(deps: Deps, code: string): string {
-  return `${deps.config.urls.orchestrator.replace(/\/+$/, '')}/device?code=${displayCode(code)}`;
+/** The approval page: on HANGAR_BASE_URL when set, else on the origin the device reached (only the device sees it). */
+export function linkUrl(deps: Deps, code: string, origin: string): string {
+  return `${deps.config.publicBaseUrl ?? origin.replace(/\/+$/, '')}/device?code=${displayCode(code)}`;
 }
 
 const expired = (row: LinkRow, now = Date.now()) => row.status === 'expired' || (row.status === 'pending' && Date.parse(row.expires_at) <= now);
@@ -72,12 +73,12 @@ export function toLink(row: LinkRow): Link {
 }
 
 /** POST /v1/runmesh/devices/link/start (public): a pending link for a device's public key. */
-export async function startLink(deps: Deps, body: LinkStartBody, sourceIp: string): Promise<LinkCode> {
+export async function startLink(deps: Deps, body: LinkStartBody, source: { ip: string; origin: string }): Promise<LinkCode> {
   const publicKey = parseWireguardKey(body.publicKey);
   if (!publicKey) throw errors.invalidField('publicKey', 'must be a WireGuard public key (base64 of 32 bytes, e.g. from `wg pubkey`)');
   const db = deps.db.kysely;
   const now = new Date();
-  if ((await pendingLinksFrom(db, sourceIp, now.toISOString())) >= MAX_PENDING_PER_SOURCE) {
+  if ((await pendingLinksFrom(db, source.ip, now.toISOString())) >= MAX_PENDING_PER_SOURCE) {
     throw errors.rateLimited(
       `too many pending device links from this address; approve or let them expire (${deps.config.runmesh.linkTtlSeconds} s)`,
       60,
@@ -106,14 +107,14 @@ export async function startLink(deps: Deps, body: LinkStartBody, sourceIp: strin
           node_id: null,
           interval_seconds: interval,
           last_polled_at: null,
-          source_ip: sourceIp,
+          source_ip: source.ip,
           created_at: now.toISOString(),
           expires_at: expiresAt,
           approved_at: null,
           completed_at: null,
         })
         .execute();
-      return { code: displayCode(code), url: linkUrl(deps, code), expiresAt, pollSecret, interval };
+      return { code: displayCode(code), url: linkUrl(deps, code, source.origin), expiresAt, pollSecret, interval };
     } catch (err) {
       // A code still held by another link (live or kept): draw again.
       if (!isUniqueViolation(err) || attempt >= 5) throw err;

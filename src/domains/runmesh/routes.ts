@@ -77,7 +77,7 @@ export async function runmeshRoutes(app: App, deps: Deps) {
       reply
         .status(201)
         .headers(noStore)
-        .send(ok(req, await startLink(deps, req.body, req.ip))),
+        .send(ok(req, await startLink(deps, req.body, { ip: req.ip, origin: `${req.protocol}://${req.host}` }))),
   );
 
   app.post(

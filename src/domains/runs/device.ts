@@ -16,6 +16,7 @@ import {
   appendDurable,
   followRun,
   renewRunLock,
+  runFinalText,
   threadHistory,
   type DurableFrame,
   type DurableInput,
@@ -156,7 +157,7 @@ type Finish = (
 export async function endDeviceRun(
   deps: Deps,
   row: RunRow,
-  end: { status: 'completed' | 'failed' | 'cancelled' | 'max_turns'; error: string | null; result?: string | null; iterations?: number },
+  end: { status: 'completed' | 'failed' | 'cancelled' | 'max_turns'; error: string | null; iterations?: number },
   finish: Finish,
 ): Promise<RunResult | null> {
   const claimed = await deps.db.kysely
@@ -183,7 +184,13 @@ export async function endDeviceRun(
     ctx,
     { ...row, iterations: end.iterations ?? row.iterations },
     { id: row.agent_id, slug: row.agent_slug },
-    { status: end.status, result: end.result ?? null, error: end.error, usage },
+    {
+      status: end.status,
+      // What the run answered: its last assistant message in the thread (written by the thread's writer, not the device's say).
+      result: end.status === 'completed' || end.status === 'max_turns' ? await runFinalText(ctx, row.thread_id, row.id) : null,
+      error: end.error,
+      usage,
+    },
     durable,
   );
   if (end.status === 'cancelled' || end.status === 'failed') {

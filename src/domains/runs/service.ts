@@ -340,7 +340,7 @@ async function getRunRow(ctx: Ctx, runId: string): Promise<RunResult> {
 export function endLocalRun(
   deps: Deps,
   row: RunRow,
-  end: { status: 'completed' | 'failed' | 'cancelled' | 'max_turns'; error: string | null; result?: string | null; iterations?: number },
+  end: { status: 'completed' | 'failed' | 'cancelled' | 'max_turns'; error: string | null; iterations?: number },
 ): Promise<RunResult | null> {
   return endDeviceRun(deps, row, end, finish);
 }

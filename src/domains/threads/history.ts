@@ -42,3 +42,23 @@ export async function threadHistory(
   }
   return { summary: rollout.summary ?? null, messages };
 }
+
+/** The text of a run's last non-empty assistant message in its thread (its result), or null. Scoped to the caller's organization. */
+export async function runFinalText(ctx: Ctx, threadId: string, runId: string): Promise<string | null> {
+  const rows = await exec(ctx)
+    .selectFrom('thread_events as e')
+    .innerJoin('threads as t', 't.id', 'e.thread_id')
+    .select(['e.payload'])
+    .where('e.thread_id', '=', threadId)
+    .where('t.org_id', '=', orgId(ctx))
+    .where('e.run_id', '=', runId)
+    .where('e.type', '=', 'assistant_message')
+    .orderBy('e.sequence', 'desc')
+    .limit(20)
+    .execute();
+  for (const r of rows) {
+    const text = (JSON.parse(r.payload) as { text?: string }).text;
+    if (text) return text;
+  }
+  return null;
+}

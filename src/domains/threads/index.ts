@@ -34,5 +34,5 @@ export {
   type TransientOrigin,
 } from './frames.js';
 export { EXECUTION_MODES } from './schemas.js';
-export { threadHistory, type HistoryMessage } from './history.js';
+export { runFinalText, threadHistory, type HistoryMessage } from './history.js';
 export { allThreadIds } from './maintenance.js';
