@@ -182,6 +182,9 @@ describe('device link, status, unlink and run', () => {
     sock.send(JSON.stringify({ type: 'run', run: aRun('run_1') }));
     await until('run_completed', () => srv.state.events.find((e) => e.frame.type === 'run_completed'));
     sock.send(JSON.stringify({ type: 'run', run: aRun('run_1') })); // re-sent after it finished: ignored
+    // A run the server thinks this device holds (resume) that this process never had: refused, never started.
+    sock.send(JSON.stringify({ type: 'run', run: { ...aRun('run_lost'), resume: true } }));
+    await until('the lost run refused', () => srv.state.received.find((m) => m.type === 'reject' && m.runId === 'run_lost'));
     await new Promise((r) => setTimeout(r, 200));
     expect(srv.state.modelCalls).toBe(1);
     // Accepted (an accept is repeated only while the run is still going: a lost accept is harmless to repeat).

@@ -72,6 +72,12 @@ export async function runDevice(opts: RunnerOptions): Promise<void> {
         if (active?.runId === id) send({ type: 'accept', runId: id }); // our accept may have been lost
         return;
       }
+      if ((msg.run as { resume?: boolean }).resume) {
+        // The server thinks we hold this run, but this process never had it (the device restarted): doing it again
+        // from the start would repeat its frames, so it is refused and the server ends it.
+        send({ type: 'reject', runId: id, reason: 'the device restarted and lost this run' });
+        return;
+      }
       taken.add(id);
       queue.push(msg.run);
       wake?.();

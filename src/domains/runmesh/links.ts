@@ -3,7 +3,7 @@
  * approval needs a person's credential with `runmesh:write`. Only hashes of the poll secret and of the device's
  * credential are stored; the private key never leaves the device.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { exec, orgId, requireOrgAdmin, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { sha256Hex, safeEqual } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/errors.js';
@@ -239,7 +239,7 @@ export async function approveLink(ctx: Ctx, input: string): Promise<{ link: Link
   if (expired(row)) throw new AppError('link_expired', `device link code ${displayCode(row.code)} has expired; start linking again on the device`);
   if (row.status !== 'pending') throw errors.invalidState(`device link code ${displayCode(row.code)} was already approved`, row.status);
   const org = orgId(ctx);
-  const cidr = parseMeshCidr(ctx.deps.config.runmesh.cidr);
+  const range = ctx.deps.config.runmesh.cidr;
   for (let attempt = 1; ; attempt++) {
     const nodeId = prefixedId('node');
     const now = nowIso();
@@ -264,7 +264,7 @@ export async function approveLink(ctx: Ctx, input: string): Promise<{ link: Link
             os: row.os,
             app_version: row.app_version,
             public_key: row.public_key,
-            mesh_ip: randomMeshAddress(`${cidr.network}/${cidr.prefix}`),
+            mesh_ip: attempt <= 2 ? randomMeshAddress(range) : await freeMeshAddress(db, range),
             // Unusable until the device collects its credential (a sha256 is 64 hex digits; this is not one).
             credential_hash: `uncollected:${row.id}`,
             status: 'active',
@@ -314,6 +314,22 @@ export async function approveLink(ctx: Ctx, input: string): Promise<{ link: Link
       if (!isUniqueViolation(err) || attempt >= MESH_ADDRESS_ATTEMPTS) throw err;
     }
   }
+}
+
+/**
+ * A free address of the mesh range, found by looking (after random draws collided: a small or crowded range). The
+ * range is the installation's, so every node's address counts; revoked nodes keep theirs (their audit names it).
+ */
+async function freeMeshAddress(db: ReturnType<typeof exec>, range: string): Promise<string> {
+  const { size } = parseMeshCidr(range);
+  const hosts = size - 2;
+  if (hosts > 65_536) return randomMeshAddress(range);
+  const used = new Set((await db.selectFrom('runmesh_nodes').select('mesh_ip').execute()).map((r) => r.mesh_ip));
+  const free: number[] = [];
+  for (let i = 0; i < hosts; i++) if (!used.has(randomMeshAddress(range, () => i))) free.push(i);
+  if (!free.length) throw errors.conflict(`the mesh range HANGAR_RUNMESH_CIDR (${range}) has no free address left; configure a larger one`);
+  const pick = free[randomInt(free.length)]!;
+  return randomMeshAddress(range, () => pick);
 }
 
 /** GET /v1/runmesh/links (admins): the organization's links, and pending codes its members opened. */

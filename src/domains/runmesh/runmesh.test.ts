@@ -321,3 +321,40 @@ securitySuite('device mesh', [
   { method: 'GET', url: async (o, h) => `/v1/runmesh/devices/${(await linkDevice(h, o)).nodeId}/activity`, scope: 'activity:read', crossOrg: true },
   { method: 'POST', url: () => '/v1/runmesh/devices/link/approve', scope: 'runmesh:write', body: { code: 'ABCD-EFGH' } },
 ]);
+
+describe('device mesh addresses', () => {
+  let h: Harness;
+  let admin: Actor;
+  beforeAll(async () => {
+    h = await createHarness({ HANGAR_RUNMESH_CIDR: '10.99.0.0/29' });
+    admin = await createOrgAdmin(h);
+  });
+  afterAll(() => h.close());
+
+  it('hands out every address of a small range once, then says the range is full (409) and creates nothing', async () => {
+    const addresses: string[] = [];
+    for (let i = 0; i < 6; i++) addresses.push((await linkDevice(h, admin, `n${i}`)).meshAddress);
+    expect(new Set(addresses).size).toBe(6);
+    expect(addresses.sort()).toEqual(['10.99.0.1', '10.99.0.2', '10.99.0.3', '10.99.0.4', '10.99.0.5', '10.99.0.6']);
+    const start = json(
+      await h.app.inject({ method: 'POST', url: '/v1/runmesh/devices/link/start', payload: { publicKey: wgKeyPair().publicKey } }),
+    ).data;
+    const full = await h.app.inject({
+      method: 'POST',
+      url: '/v1/runmesh/devices/link/approve',
+      headers: admin.headers,
+      payload: { code: start.code },
+    });
+    expect(full.statusCode).toBe(409);
+    expect(json(full).error.message).toContain('HANGAR_RUNMESH_CIDR');
+    // The link is still pending (nothing half-written): a larger range would let it through.
+    const poll = json(
+      await h.app.inject({ method: 'POST', url: '/v1/runmesh/devices/link/poll', payload: { code: start.code, pollSecret: start.pollSecret } }),
+    ).data;
+    expect(poll.status).toBe('pending');
+  });
+
+  it('a bad HANGAR_RUNMESH_CIDR stops start-up naming the setting', async () => {
+    await expect(createHarness({ HANGAR_RUNMESH_CIDR: '100.64.0.1/10' })).rejects.toThrow(/HANGAR_RUNMESH_CIDR/);
+  });
+});
