@@ -30,7 +30,7 @@ async function runRouteTable(app: App) {
         description: [
           '`agent` (slug), `prompt` and/or `messages`, optional `threadId` (else a new thread is opened), `config` (`maxTokens`, `maxTurns`, `temperature` over the agent’s), `metadata`. ',
           '`managed` agents think with their model; `in_sandbox` agents also act through their tools (exec_command, write_stdin, apply_patch, view_image) in the thread’s sandbox, made from the agent’s template on first use; ',
-          '`local-desktop` agents are recorded with status `registered` for the device mesh (not built yet: nothing runs them until it is). ',
+          '`local-desktop` agents run on their `targetDeviceId` node (yours, active) through the device mesh: non-streaming answers the `registered` run at once; `stream: true` streams the device’s frames until `run_completed` (ADR 0029). ',
           'Non-streaming: `{ data: <run result> }` once the run ends (status completed, failed, cancelled or max_turns). `stream: true`: Server-Sent Events, one event per thread frame, named by its type ',
           '(`run_started`, `user_message`, `assistant_message_delta`, `assistant_thinking_delta`, `assistant_message`, `tool_call`, `tool_call_started`, `tool_output_delta`, `tool_call_completed`, `tool_result`, `run_completed`: ',
           'durable ones carry `sequence` as in the thread), then a final `result` event with the run result. 409 THREAD_BUSY (with `activeRunId`) when the thread has an active run. A client that disconnects cancels the run.',
@@ -82,7 +82,7 @@ async function runRouteTable(app: App) {
         tags,
         summary: 'Cancel a run',
         description: [
-          'Stops a running run at its next step (the model stream or tool is aborted); it ends `cancelled`. 409 `invalid_state` (with `state`) when it is not running. ',
+          'Stops a running run at its next step (the model stream or tool is aborted); it ends `cancelled`. A local-device run (registered or running) ends `cancelled` at once and its device is told. 409 `invalid_state` (with `state`) when it is not running. ',
           'A run whose server stopped mid-run is not running: it is finished as `failed` ("the server stopped while this run was in progress"), at that server’s restart or once its thread lock lapses, and cancel answers 409 for it. ',
           '503 when another replica is running it: cancel it there.',
         ].join(''),
