@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError, type DeviceApi } from './api.js';
-import { runTool, type ToolHost, type ToolOutcome, type ToolPlace, toolSpecs } from '../platform/agent-tools.js';
+import { runTool, type ToolHost, type ToolOutcome, type ToolPlace, toolResultPart, toolSpecs } from '../platform/agent-tools.js';
 
 /** A run the server dispatched to this device (ADR 0029, "Dispatch protocol"). */
 export interface DeviceRun {
@@ -196,20 +196,7 @@ export async function runDeviceRun(run: DeviceRun, deps: LoopDeps): Promise<RunE
           isError: outcome.isError,
           ...(outcome.image ? { image: { mediaType: outcome.image.mediaType } } : {}),
         });
-        results.push({
-          type: 'tool-result',
-          toolCallId: c.id,
-          toolName: c.name,
-          output: outcome.image
-            ? {
-                type: 'content',
-                value: [
-                  { type: 'text', text: outcome.output },
-                  { type: 'media', data: outcome.image.data, mediaType: outcome.image.mediaType },
-                ],
-              }
-            : { type: 'text', value: outcome.output },
-        });
+        results.push(toolResultPart(c, outcome));
       }
       messages.push({ role: 'tool', content: results });
     }

@@ -263,3 +263,26 @@ export async function runTool(name: string, input: unknown, env: ToolEnv): Promi
     return { output: `${name} failed: ${(err as Error).message}`, isError: true };
   }
 }
+
+/**
+ * What the model gets back for a tool call (an AI SDK `tool-result` part), whoever ran it: a sandbox run's loop
+ * or a device's. An image goes with its text; a failure is `error-text`, so the model knows it failed.
+ */
+export function toolResultPart(call: { id: string; name: string }, outcome: ToolOutcome) {
+  return {
+    type: 'tool-result' as const,
+    toolCallId: call.id,
+    toolName: call.name,
+    output: outcome.image
+      ? {
+          type: 'content' as const,
+          value: [
+            { type: 'text' as const, text: outcome.output },
+            { type: 'image-data' as const, data: outcome.image.data, mediaType: outcome.image.mediaType },
+          ],
+        }
+      : outcome.isError
+        ? { type: 'error-text' as const, value: outcome.output }
+        : { type: 'text' as const, value: outcome.output },
+  };
+}

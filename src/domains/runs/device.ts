@@ -171,15 +171,6 @@ export async function endDeviceRun(
   const ctx = ownerCtx(deps, row);
   const u = await runUsageTotals(ctx, row.id);
   const usage: RunUsage = { ...u, promptTokens: u.inputTokens, completionTokens: u.outputTokens };
-  const durable = async (frames: DurableInput[]) =>
-    appendDurable(
-      deps,
-      row.thread_id,
-      frames.map((f) => ({ ...f, runId: row.id })),
-    ).catch((err: unknown) => {
-      if (err instanceof AppError && err.code === 'not_found') return []; // its thread was deleted meanwhile
-      throw err;
-    });
   const result = await finish(
     ctx,
     { ...row, iterations: end.iterations ?? row.iterations },
@@ -191,7 +182,7 @@ export async function endDeviceRun(
       error: end.error,
       usage,
     },
-    durable,
+    endingWriter(deps, row),
   );
   if (end.status === 'cancelled' || end.status === 'failed') {
     await localDispatcher(deps)
@@ -225,4 +216,17 @@ export async function followDeviceRun(
 export async function openLocalRun(deps: Deps, org: string, runId: string): Promise<RunRow | null> {
   const row = await deps.db.kysely.selectFrom('agent_runs').selectAll().where('id', '=', runId).where('org_id', '=', org).executeTakeFirst();
   return row && row.execution_mode === 'local-desktop' && (row.status === 'registered' || row.status === 'running') ? row : null;
+}
+
+/** The durable writer of a run ended from outside its loop (a sweep, another replica): a deleted thread is no error. */
+export function endingWriter(deps: Deps, row: Pick<RunRow, 'id' | 'thread_id'>) {
+  return async (frames: DurableInput[]) =>
+    appendDurable(
+      deps,
+      row.thread_id,
+      frames.map((f) => ({ ...f, runId: row.id })),
+    ).catch((err: unknown) => {
+      if (err instanceof AppError && err.code === 'not_found') return []; // its thread was deleted meanwhile
+      throw err;
+    });
 }

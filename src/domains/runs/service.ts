@@ -27,7 +27,7 @@ import {
   type TransientPublisher,
 } from '../threads/index.js';
 import { checkCatalogueTools } from './catalog-tools.js';
-import { deviceLockTtlMs, endDeviceRun, followDeviceRun, localDispatcher, refOf } from './device.js';
+import { deviceLockTtlMs, endDeviceRun, endingWriter, followDeviceRun, localDispatcher, refOf } from './device.js';
 import { CancelledError } from './io.js';
 import { runTurns } from './loop.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
@@ -433,20 +433,11 @@ export async function failOrphanedRun(deps: Deps, row: RunRow): Promise<RunResul
     .executeTakeFirst();
   if (Number(claimed.numUpdatedRows) !== 1) return null;
   const ctx = systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(), apiKeyId: null });
-  const durable = async (frames: DurableInput[]) =>
-    appendDurable(
-      deps,
-      row.thread_id,
-      frames.map((f) => ({ ...f, runId: row.id })),
-    ).catch((err: unknown) => {
-      if (err instanceof AppError && err.code === 'not_found') return []; // its thread was deleted meanwhile
-      throw err;
-    });
   return finish(
     ctx,
     { ...row },
     { id: row.agent_id, slug: row.agent_slug },
     { status: 'failed', result: null, error: ORPHANED_RUN_ERROR, usage: JSON.parse(row.usage) as RunUsage },
-    durable,
+    endingWriter(deps, row),
   );
 }

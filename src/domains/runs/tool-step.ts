@@ -6,7 +6,7 @@ import { transientFrames } from '../threads/index.js';
 import { recordToolExecution } from '../tools/index.js';
 import { runCatalogueTool, runToolsCtx } from './catalog-tools.js';
 import { CancelledError, type RunIo } from './io.js';
-import { runTool, type ToolEnv, type ToolOutcome } from './tools.js';
+import { runTool, toolResultPart, type ToolEnv, type ToolOutcome } from './tools.js';
 
 type RunRow = Selectable<AgentRunsTable>;
 
@@ -80,20 +80,5 @@ export async function toolStep(
       },
     },
   ]);
-  return {
-    type: 'tool-result',
-    toolCallId: c.id,
-    toolName: c.name,
-    output: outcome.image
-      ? {
-          type: 'content',
-          value: [
-            { type: 'text', text: outcome.output },
-            { type: 'image-data', data: outcome.image.data, mediaType: outcome.image.mediaType },
-          ],
-        }
-      : outcome.isError
-        ? { type: 'error-text', value: outcome.output }
-        : { type: 'text', value: outcome.output },
-  };
+  return toolResultPart(c, outcome);
 }

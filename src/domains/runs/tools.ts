@@ -5,7 +5,7 @@ import type { AgentClient } from '../../platform/sandboxes/index.js';
  * The sandbox runs' tools: the shared tools of src/platform/agent-tools.ts over the sandbox's agent, with its home
  * /home/user and scratch files in /tmp (a device runs the same tools in its workspace folder, see src/device/).
  */
-export { ToolInputError, type ToolOutcome } from '../../platform/agent-tools.js';
+export { ToolInputError, toolResultPart, type ToolOutcome } from '../../platform/agent-tools.js';
 
 export interface ToolEnv {
   agent: AgentClient;
