@@ -1,4 +1,7 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
@@ -291,6 +294,61 @@ describe('local-device runs through the mesh', () => {
     const events = [...text.matchAll(/^event: (\S+)$/gm)].map((m) => m[1]);
     expect(events).toEqual(['run_started', 'user_message', 'assistant_message_delta', 'assistant_message', 'run_completed', 'result']);
     expect(text).toContain('"status":"completed"');
+    sock.close();
+  });
+});
+
+describe('a local-device run on the owner’s own model key (BYOK)', () => {
+  let h: Harness;
+  let fake: FakeOpenAI;
+  let dir: string;
+
+  beforeAll(async () => {
+    fake = await new FakeOpenAI().start();
+    dir = mkdtempSync(path.join(tmpdir(), 'hangar-mesh-models-'));
+    const file = path.join(dir, 'models.json');
+    writeFileSync(
+      file,
+      JSON.stringify({ byok: [{ id: 'byok/fake', provider: 'openai', model: 'x', baseUrl: fake.url, requiresSecret: 'FAKE_KEY' }] }),
+    );
+    h = await createHarness({ HANGAR_MODELS_FILE: file });
+    await h.app.listen({ host: '127.0.0.1', port: 0 });
+  });
+  afterAll(async () => {
+    await h.close();
+    await fake.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the device’s model calls use the owner’s secret, metered at zero, never the platform’s credentials', async () => {
+    const base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
+    const owner = await createOrgAdmin(h);
+    const d = await linkDevice(h, owner, 'byok-box');
+    await h.app.inject({ method: 'POST', url: '/v1/secrets', headers: owner.headers, payload: { name: 'FAKE_KEY', value: 'sk-users-own-key' } });
+    await h.app.inject({
+      method: 'POST',
+      url: '/v1/agents',
+      headers: owner.headers,
+      payload: { slug: 'mine', executionMode: 'local-desktop', targetDeviceId: d.nodeId, model: 'byok/fake' },
+    });
+    const run = json(await h.app.inject({ method: 'POST', url: '/v1/run', headers: owner.headers, payload: { agent: 'mine', prompt: 'hi' } })).data;
+    const sock = await DeviceSocket.open(base, d.token);
+    const delivered = await sock.run(run.runId);
+    sock.send({ type: 'accept', runId: run.runId });
+    await until(
+      'running',
+      async () => json(await h.app.inject({ method: 'GET', url: `/v1/runs/${run.runId}`, headers: owner.headers })).data.status === 'running',
+    );
+    fake.script({ text: 'hello from my key', usage: { prompt: 3, completion: 4 } });
+    const res = await fetch(`${base}/v1/runmesh/runs/${run.runId}/model`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: delivered.messages }),
+    });
+    expect(await res.text()).toContain('hello from my key');
+    expect(fake.requests.at(-1)!.headers.authorization).toBe('Bearer sk-users-own-key');
+    const usage = await h.deps.db.kysely.selectFrom('model_usage').selectAll().where('run_id', '=', run.runId).execute();
+    expect(usage).toEqual([expect.objectContaining({ tier: 'byok', cost_micros: 0, input_tokens: 3, output_tokens: 4 })]);
     sock.close();
   });
 });
