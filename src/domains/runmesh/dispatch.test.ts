@@ -8,6 +8,7 @@ import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { sleep, until } from '../../../test/helpers.js';
 import { linkDevice } from '../../../test/runmesh.js';
+import { failUndispatchedLocalRuns } from '../runs/service.js';
 
 /** A device's dispatch connection as the protocol sees it (ADR 0029): messages in, and a way to send. */
 class DeviceSocket {
@@ -265,6 +266,35 @@ describe('local-device runs through the mesh', () => {
     sock.ws.terminate();
     await until('failed', async () => (await getRun(run.runId)).status === 'failed', { timeoutMs: 15_000 });
     expect((await getRun(run.runId)).error).toContain('did not come back');
+  });
+
+  it('a queued run whose agent was deleted fails when its device comes, saying why; one never handed to the mesh fails in the runs’ sweep', async () => {
+    await h.app.inject({
+      method: 'POST',
+      url: '/v1/agents',
+      headers: admin.headers,
+      payload: { slug: 'short-lived', executionMode: 'local-desktop', targetDeviceId: device.nodeId, model: 'm1' },
+    });
+    const run = json(
+      await h.app.inject({ method: 'POST', url: '/v1/run', headers: admin.headers, payload: { agent: 'short-lived', prompt: 'x' } }),
+    ).data;
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/short-lived', headers: admin.headers })).statusCode).toBeLessThan(300);
+    const sock = await DeviceSocket.open(base, device.token);
+    await until('failed', async () => (await getRun(run.runId)).status === 'failed');
+    expect((await getRun(run.runId)).error).toContain('could not be sent to its device');
+    expect(sock.messages.find((m) => m.type === 'run' && m.run.runId === run.runId)).toBeUndefined();
+    sock.close();
+
+    // A run the mesh never got (as if the server stopped right after recording it), old enough: the runs' sweep ends it.
+    const lost = await startRun('lost');
+    await h.deps.db.kysely.deleteFrom('runmesh_dispatches').where('run_id', '=', lost.runId).execute();
+    await h.deps.db.kysely
+      .updateTable('agent_runs')
+      .set({ created_at: new Date(Date.now() - 3_600_000).toISOString() })
+      .where('id', '=', lost.runId)
+      .execute();
+    expect(await failUndispatchedLocalRuns(h.deps)).toBe(1);
+    expect(await getRun(lost.runId)).toMatchObject({ status: 'failed', error: 'the server stopped before the run was handed to its device' });
   });
 
   it('stream: true follows the device’s frames until run_completed', async () => {

@@ -126,6 +126,16 @@ export const meshDispatcher: LocalDispatcher = {
   },
 
   timeoutSeconds: (deps) => deps.config.runmesh.dispatchTimeoutSeconds,
+
+  async tracked(deps, run) {
+    const d = await deps.db.kysely
+      .selectFrom('runmesh_dispatches')
+      .select('run_id')
+      .where('run_id', '=', run.runId)
+      .where('org_id', '=', run.orgId)
+      .executeTakeFirst();
+    return Boolean(d);
+  },
 };
 
 // ---- the device's connection --------------------------------------------------------------------------
@@ -150,7 +160,15 @@ async function sendRun(ctx: Ctx, conn: Conn, runId: string): Promise<void> {
     }
     throw err;
   }
-  const payload = await devicePayload(ctx, row);
+  let payload: Awaited<ReturnType<typeof devicePayload>>;
+  try {
+    payload = await devicePayload(ctx, row);
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err;
+    // Its agent was deleted meanwhile: the run cannot be described to the device, so it ends here, saying why.
+    await failDispatch(deps, d, `the run could not be sent to its device: ${err.message}`);
+    return;
+  }
   conn.send({ type: 'run', run: { ...payload, resume: d.state === 'accepted' } });
   if (d.state === 'queued') {
     await deps.db.kysely

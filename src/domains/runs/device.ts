@@ -44,6 +44,8 @@ export interface LocalDispatcher {
   ended(deps: Deps, run: LocalRunRef, reason: string): Promise<void>;
   /** How long a run waits for its device (seconds). */
   timeoutSeconds(deps: Deps): number;
+  /** Whether the mesh has the run (queued, delivered, taken or done); false: it was never handed over. */
+  tracked(deps: Deps, run: LocalRunRef): Promise<boolean>;
 }
 
 const DEVICE_STATE = stateKey('runs.device', () => ({ dispatcher: null as LocalDispatcher | null }));
@@ -229,4 +231,28 @@ export function endingWriter(deps: Deps, row: Pick<RunRow, 'id' | 'thread_id'>) 
       if (err instanceof AppError && err.code === 'not_found') return []; // its thread was deleted meanwhile
       throw err;
     });
+}
+
+/**
+ * Local-device runs the mesh never got (the process stopped between recording the run and handing it over): once
+ * older than the dispatch timeout plus a minute, they fail, so their thread is free. Returns how many.
+ */
+export async function failUndispatchedRuns(deps: Deps, finish: Finish): Promise<number> {
+  const dispatcher = deps.state.get(DEVICE_STATE).dispatcher;
+  if (!dispatcher) return 0;
+  const before = new Date(Date.now() - deviceLockTtlMs(deps)).toISOString();
+  const rows = await deps.db.kysely
+    .selectFrom('agent_runs')
+    .selectAll()
+    .where('execution_mode', '=', 'local-desktop')
+    .where('status', 'in', ['registered', 'running'])
+    .where('created_at', '<', before)
+    .limit(200)
+    .execute();
+  let n = 0;
+  for (const row of rows) {
+    if (await dispatcher.tracked(deps, refOf(row))) continue;
+    if (await endDeviceRun(deps, row, { status: 'failed', error: 'the server stopped before the run was handed to its device' }, finish)) n++;
+  }
+  return n;
 }

@@ -27,7 +27,7 @@ import {
   type TransientPublisher,
 } from '../threads/index.js';
 import { checkCatalogueTools } from './catalog-tools.js';
-import { deviceLockTtlMs, endDeviceRun, endingWriter, followDeviceRun, localDispatcher, refOf } from './device.js';
+import { deviceLockTtlMs, endDeviceRun, endingWriter, failUndispatchedRuns, followDeviceRun, localDispatcher, refOf } from './device.js';
 import { CancelledError } from './io.js';
 import { runTurns } from './loop.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
@@ -337,6 +337,9 @@ async function getRunRow(ctx: Ctx, runId: string): Promise<RunResult> {
 }
 
 /** Ends a local-device run once (device completion, cancel, revocation, timeout); null when it had ended. */
+/** Local-device runs never handed to the mesh, ended (the runs' job). */
+export const failUndispatchedLocalRuns = (deps: Deps): Promise<number> => failUndispatchedRuns(deps, finish);
+
 export function endLocalRun(
   deps: Deps,
   row: RunRow,
