@@ -56,8 +56,8 @@ describe('local-device runs through the mesh', () => {
       HANGAR_OPENAI_BASE_URL: fake.url,
       HANGAR_OPENAI_API_KEY: 'sk-platform',
       HANGAR_OPENAI_MODELS: 'm1',
-      HANGAR_RUNMESH_DISPATCH_TIMEOUT_SECONDS: '3',
-      HANGAR_RUNMESH_HEARTBEAT_SECONDS: '1',
+      // Long enough that a loaded machine never reaches it by accident; the tests of the timeout move the deadline.
+      HANGAR_RUNMESH_DISPATCH_TIMEOUT_SECONDS: '30',
     });
     await h.app.listen({ host: '127.0.0.1', port: 0 });
     base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
@@ -243,10 +243,21 @@ describe('local-device runs through the mesh', () => {
     ).toBe(409);
   });
 
+  /** As if the dispatch timeout had passed for this run (the sweeper runs every 5 s here). */
+  const overdue = (runId: string) =>
+    h.deps.db.kysely
+      .updateTable('runmesh_dispatches')
+      .set({ deadline_at: new Date(Date.now() - 1000).toISOString() })
+      .where('run_id', '=', runId)
+      .execute();
+
   it('a run whose device never takes it fails after the dispatch timeout, saying so', async () => {
     const run = await startRun('nobody home');
-    await until('failed', async () => (await getRun(run.runId)).status === 'failed', { timeoutMs: 15_000 });
-    expect((await getRun(run.runId)).error).toContain('did not take the run within 3 s');
+    await sleep(200);
+    expect((await getRun(run.runId)).status).toBe('registered');
+    await overdue(run.runId);
+    await until('failed', async () => (await getRun(run.runId)).status === 'failed', { timeoutMs: 20_000 });
+    expect((await getRun(run.runId)).error).toContain('did not take the run within 30 s');
   });
 
   it('a device that drops mid-run gets the run again (resume) when it is back in time, and the run goes on', async () => {
@@ -262,10 +273,17 @@ describe('local-device runs through the mesh', () => {
     expect(again.resume).toBe(true);
     const frame = { type: 'assistant_message', runId: run.runId, rolloutId: delivered.rolloutId, sequenceNumber: 1, payload: { text: 'still here' } };
     expect((await post({ threadId: run.threadId, frame })).statusCode).toBe(200);
-    // Gone for good this time: the run fails once the device has been away for the timeout.
+    // Gone for good this time: once it has been away for the timeout, the run fails.
+    const disconnects = async () =>
+      json(await h.app.inject({ method: 'GET', url: `/v1/runmesh/audit?node_id=${device.nodeId}&event=device.disconnected`, headers: admin.headers }))
+        .data.events.length;
+    const before = await disconnects();
     sock.ws.terminate();
-    await until('failed', async () => (await getRun(run.runId)).status === 'failed', { timeoutMs: 15_000 });
-    expect((await getRun(run.runId)).error).toContain('did not come back');
+    await until('the server saw it go', async () => (await disconnects()) > before);
+    expect((await getRun(run.runId)).status).toBe('running');
+    await overdue(run.runId);
+    await until('failed', async () => (await getRun(run.runId)).status === 'failed', { timeoutMs: 20_000 });
+    expect((await getRun(run.runId)).error).toContain('did not come back within 30 s');
   });
 
   it('a queued run whose agent was deleted fails when its device comes, saying why; one never handed to the mesh fails in the runs’ sweep', async () => {
