@@ -402,7 +402,7 @@ export async function runmeshRoutes(app: App, deps: Deps) {
         .headers({
           ...noStore,
           'content-security-policy':
-            "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; frame-ancestors 'none'",
+            "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'",
           'x-frame-options': 'DENY',
           'referrer-policy': 'no-referrer',
         })

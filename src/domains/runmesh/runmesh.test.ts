@@ -172,10 +172,14 @@ describe('device mesh', () => {
       expect(res.headers['content-type']).toContain('text/html');
       expect(res.headers['x-frame-options']).toBe('DENY');
       expect(res.headers['content-security-policy']).toContain("script-src 'self'");
+      // The code-entry form (no code yet) submits to this page itself.
+      expect(res.headers['content-security-policy']).toContain("form-action 'self'");
       expect(res.body).toContain('&lt;script&gt;alert(1)&lt;/script&gt;');
       expect(res.body).not.toContain('<script>alert(1)');
       expect(res.body).toContain('Linux &quot;x&quot;');
       expect(res.body).toContain(start.code);
+      const empty = await call({ method: 'GET', url: '/device' });
+      expect(empty.body).toContain('<form method="get" action="/device">');
       const unknown = await call({ method: 'GET', url: '/device?code=ZZZZ-ZZZY' });
       expect(unknown.body).toContain('Unknown code');
       expect((await call({ method: 'GET', url: '/device/approve.js' })).body).toContain('/v1/runmesh/devices/link/approve');
