@@ -11,6 +11,7 @@ import * as nodes from './20261125T1700_nodes.js';
 import * as oauth from './20261125T2000_oauth.js';
 import * as tools from './20261127T1600_tools.js';
 import * as billing from './20261127T2000_billing.js';
+import * as usageRollups from './20261127T2100_usage_rollups.js';
 import * as runmesh from './20261128T0100_runmesh.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
@@ -27,5 +28,6 @@ export const migrations: Record<string, Migration> = {
   '20261125T2000_oauth': oauth,
   '20261127T1600_tools': tools,
   '20261127T2000_billing': billing,
+  '20261127T2100_usage_rollups': usageRollups,
   '20261128T0100_runmesh': runmesh,
 };

@@ -116,3 +116,153 @@ function migrationsUpTo(last: string): Record<string, Migration> {
   const names = Object.keys(migrations);
   return Object.fromEntries(names.slice(0, names.indexOf(last) + 1).map((n) => [n, migrations[n]!]));
 }
+
+describe('a database migrated through 20261127T2000_billing before usage_rollups existed', () => {
+  let h: Harness;
+  const t = (day: string, hh: string) => `${day}T${hh}:00:00.000Z`;
+
+  beforeAll(async () => {
+    h = await createHarness(
+      {},
+      {
+        prepareDatabase: async (db) => {
+          await migrateToLatest(db.kysely, db.dialect, migrationsUpTo('20261127T2000_billing'));
+          expect((await ownTables(db.kysely, db.dialect)).map((x) => x.name)).not.toContain('usage_rollups');
+          // As the schema was then (not today's Database type).
+          const old = db.kysely as Kysely<any>;
+          await old
+            .insertInto('users')
+            .values({
+              id: 'usr_old',
+              email: 'old@example.test',
+              name: 'Old',
+              idp_issuer: 'hangar',
+              idp_subject: 'usr_old',
+              created_at: t('2026-11-01', '00'),
+            })
+            .execute();
+          await old
+            .insertInto('organizations')
+            .values({
+              id: 'org_old',
+              idp_org_id: 'idp_old',
+              name: 'Old',
+              slug: 'old',
+              plan: 'free',
+              enterprise: 0,
+              settings: '{}',
+              default_project_id: 'prj_old',
+              created_by_user_id: 'usr_old',
+              created_at: t('2026-11-01', '00'),
+            })
+            .execute();
+          const event = (id: string, over: Record<string, unknown>) => ({
+            id,
+            org_id: 'org_old',
+            user_id: 'usr_a',
+            kind: 'model_tokens',
+            source_id: id,
+            subject: 'm1',
+            tier: 'platform',
+            input_tokens: 0,
+            output_tokens: 0,
+            cached_input_tokens: 0,
+            reasoning_tokens: 0,
+            quantity: 0,
+            cost_micros: 0,
+            state: 'settled',
+            ledger_entry_id: null,
+            metadata: null,
+            started_at: t('2026-11-20', '10'),
+            ended_at: null,
+            created_at: t('2026-11-20', '10'),
+            updated_at: t('2026-11-20', '10'),
+            ...over,
+          });
+          await old
+            .insertInto('usage_events')
+            .values([
+              event('e1', { input_tokens: 100, output_tokens: 10, cost_micros: 30 }),
+              event('e2', { input_tokens: 50, output_tokens: 5, cost_micros: 15, created_at: t('2026-11-20', '23') }),
+              event('e3', { input_tokens: 7, cost_micros: 2, created_at: t('2026-11-21', '01') }),
+              event('e4', { kind: 'sandbox_runtime', subject: 'sbx_1', quantity: 60, cost_micros: 40, state: 'forgiven' }),
+              event('e5', { kind: 'sandbox_runtime', subject: 'sbx_2', quantity: 30, cost_micros: 20, state: 'forgiven', user_id: null }),
+              event('e6', { input_tokens: 999, cost_micros: 999, state: 'pending' }),
+            ])
+            .execute();
+        },
+      },
+    );
+  });
+  afterAll(() => h?.close());
+
+  it('sums the final events already there into usage_rollups once, grouped as the meter groups them', async () => {
+    const rows = await h.deps.db.kysely
+      .selectFrom('usage_rollups')
+      .select(['day', 'user_id', 'kind', 'subject', 'state', 'events', 'input_tokens', 'output_tokens', 'quantity', 'cost_micros'])
+      .where('org_id', '=', 'org_old')
+      .orderBy('day')
+      .orderBy('kind')
+      .orderBy('user_id')
+      .execute();
+    expect(
+      rows.map((r) => ({
+        ...r,
+        events: Number(r.events),
+        input_tokens: Number(r.input_tokens),
+        output_tokens: Number(r.output_tokens),
+        quantity: Number(r.quantity),
+        cost_micros: Number(r.cost_micros),
+      })),
+    ).toEqual([
+      {
+        day: '2026-11-20',
+        user_id: 'usr_a',
+        kind: 'model_tokens',
+        subject: 'm1',
+        state: 'settled',
+        events: 2,
+        input_tokens: 150,
+        output_tokens: 15,
+        quantity: 0,
+        cost_micros: 45,
+      },
+      {
+        day: '2026-11-20',
+        user_id: '',
+        kind: 'sandbox_runtime',
+        subject: '',
+        state: 'forgiven',
+        events: 1,
+        input_tokens: 0,
+        output_tokens: 0,
+        quantity: 30,
+        cost_micros: 20,
+      },
+      {
+        day: '2026-11-20',
+        user_id: 'usr_a',
+        kind: 'sandbox_runtime',
+        subject: '',
+        state: 'forgiven',
+        events: 1,
+        input_tokens: 0,
+        output_tokens: 0,
+        quantity: 60,
+        cost_micros: 40,
+      },
+      {
+        day: '2026-11-21',
+        user_id: 'usr_a',
+        kind: 'model_tokens',
+        subject: 'm1',
+        state: 'settled',
+        events: 1,
+        input_tokens: 7,
+        output_tokens: 0,
+        quantity: 0,
+        cost_micros: 2,
+      },
+    ]);
+  });
+});
