@@ -13,6 +13,7 @@ import * as tools from './20261127T1600_tools.js';
 import * as billing from './20261127T2000_billing.js';
 import * as usageRollups from './20261127T2100_usage_rollups.js';
 import * as runmesh from './20261128T0100_runmesh.js';
+import * as channels from './20261128T0200_channels.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -30,4 +31,5 @@ export const migrations: Record<string, Migration> = {
   '20261127T2000_billing': billing,
   '20261127T2100_usage_rollups': usageRollups,
   '20261128T0100_runmesh': runmesh,
+  '20261128T0200_channels': channels,
 };

@@ -151,6 +151,16 @@ const EnvSchema = z.object({
   HANGAR_RUNMESH_POLL_INTERVAL_SECONDS: intFrom(1, 60).default(5),
   HANGAR_RUNMESH_DISPATCH_TIMEOUT_SECONDS: intFrom(1, 7 * 86_400).default(300),
   HANGAR_RUNMESH_HEARTBEAT_SECONDS: intFrom(1, 3600).default(15),
+  HANGAR_CHANNELS_CHATBOT_API_URL: z.string().url().default('https://api.telegram.org'),
+  HANGAR_CHANNELS_CHATBOT_LINK_URL: z.string().url().default('https://t.me'),
+  HANGAR_CHANNELS_BUSINESS_API_URL: z.string().url().default('https://graph.facebook.com/v21.0'),
+  HANGAR_CHANNELS_BUSINESS_LINK_URL: z.string().url().default('https://wa.me'),
+  HANGAR_CHANNELS_PROVIDER_TIMEOUT_MS: intFrom(100, 120_000).default(10_000),
+  HANGAR_CHANNELS_REQUEST_TTL_SECONDS: intFrom(60, 90 * 86_400).default(7 * 86_400),
+  HANGAR_CHANNELS_REPLY_WINDOW_SECONDS: intFrom(1, 30 * 86_400).default(86_400),
+  HANGAR_CHANNELS_LINK_TTL_SECONDS: intFrom(60, 86_400).default(900),
+  HANGAR_CHANNELS_MAX_ATTEMPTS: intFrom(1, 50).default(6),
+  HANGAR_CHANNELS_RETRY_BASE_MS: intFrom(10, 600_000).default(2000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -184,6 +194,31 @@ export type Config = Readonly<{
   tools: ToolsConfig;
   billing: BillingConfig;
   runmesh: RunmeshConfig;
+  channels: ChannelsConfig;
+}>;
+
+/** Messaging channels (ADR 0030). Provider API addresses are the operator's (tests point them at loopback fakes). */
+export type ChannelsConfig = Readonly<{
+  /** The chat-bot provider's Bot API (Telegram Bot API wire format): `<url>/bot<token>/<method>`. */
+  chatbotApiUrl: string;
+  /** Its deep links: `<url>/<bot username>?start=<payload>`. */
+  chatbotLinkUrl: string;
+  /** The business messaging provider's Graph API (WhatsApp Cloud API wire format), version included. */
+  businessApiUrl: string;
+  /** Its click-to-chat links: `<url>/<phone digits>?text=<text>`. */
+  businessLinkUrl: string;
+  /** Each call to a provider. */
+  providerTimeoutMs: number;
+  /** How long an unknown sender's access request stays pending. */
+  requestTtlSeconds: number;
+  /** An unknown sender gets the unauthorized reply at most once per this window. */
+  replyWindowSeconds: number;
+  /** How long a product link session's `pcl_` token can be completed. */
+  linkTtlSeconds: number;
+  /** Processing attempts of an inbound message (run and reply) before it is marked failed. */
+  maxAttempts: number;
+  /** The first retry's delay; each next one doubles, with jitter (a provider's `retry_after` wins when longer). */
+  retryBaseMs: number;
 }>;
 
 /** The device mesh (ADR 0029). */
@@ -666,6 +701,18 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       pollIntervalSeconds: e.HANGAR_RUNMESH_POLL_INTERVAL_SECONDS,
       dispatchTimeoutSeconds: e.HANGAR_RUNMESH_DISPATCH_TIMEOUT_SECONDS,
       heartbeatSeconds: e.HANGAR_RUNMESH_HEARTBEAT_SECONDS,
+    }),
+    channels: Object.freeze({
+      chatbotApiUrl: e.HANGAR_CHANNELS_CHATBOT_API_URL.replace(/\/+$/, ''),
+      chatbotLinkUrl: e.HANGAR_CHANNELS_CHATBOT_LINK_URL.replace(/\/+$/, ''),
+      businessApiUrl: e.HANGAR_CHANNELS_BUSINESS_API_URL.replace(/\/+$/, ''),
+      businessLinkUrl: e.HANGAR_CHANNELS_BUSINESS_LINK_URL.replace(/\/+$/, ''),
+      providerTimeoutMs: e.HANGAR_CHANNELS_PROVIDER_TIMEOUT_MS,
+      requestTtlSeconds: e.HANGAR_CHANNELS_REQUEST_TTL_SECONDS,
+      replyWindowSeconds: e.HANGAR_CHANNELS_REPLY_WINDOW_SECONDS,
+      linkTtlSeconds: e.HANGAR_CHANNELS_LINK_TTL_SECONDS,
+      maxAttempts: e.HANGAR_CHANNELS_MAX_ATTEMPTS,
+      retryBaseMs: e.HANGAR_CHANNELS_RETRY_BASE_MS,
     }),
     tools: Object.freeze({
       catalogFile: e.HANGAR_TOOLS_CATALOG_FILE ? path.resolve(e.HANGAR_TOOLS_CATALOG_FILE) : null,

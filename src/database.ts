@@ -663,7 +663,211 @@ export interface RunmeshDispatchesTable {
   updated_at: string;
 }
 
+/** An agent's connection to a chat provider account (channels, ADR 0030). */
+export interface ChannelsTable {
+  id: string;
+  org_id: string;
+  agent_id: string;
+  agent_slug: string;
+  /** chatbot_provider | business_messaging_provider */
+  provider: string;
+  /** byok */
+  mode: string;
+  /** active */
+  status: string;
+  /** The bot's id, or the business phone number id. */
+  account_id: string;
+  /** The bot's username, or the display phone number. */
+  account_name: string | null;
+  business_account_id: string | null;
+  bot_token_secret: string | null;
+  access_token_secret: string | null;
+  app_secret_secret: string | null;
+  /** Encrypted: the chat-bot provider's webhook secret token, or the business provider's verify token. */
+  webhook_secret_ciphertext: string;
+  webhook_registered_at: string | null;
+  /** approved_only | open | disabled */
+  privacy_mode: string;
+  allow_private_chats: number;
+  allow_groups: number;
+  /** message | silent */
+  unauthorized_reply: string;
+  unauthorized_message: string | null;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ChannelConversationsTable {
+  id: string;
+  org_id: string;
+  channel_id: string;
+  external_conversation_id: string;
+  sender_scope: string;
+  /** private | group */
+  conversation_type: string;
+  display_name: string | null;
+  thread_id: string | null;
+  owner_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ChannelMessagesTable {
+  id: string;
+  org_id: string;
+  channel_id: string;
+  provider_message_id: string;
+  external_conversation_id: string;
+  conversation_type: string;
+  conversation_name: string | null;
+  sender_id: string;
+  sender_name: string | null;
+  sender_username: string | null;
+  text: string;
+  /** received | processing | replied | ignored | failed */
+  status: string;
+  /** Why it ended as it did (e.g. privacy_pending, unlinked, group_disabled). */
+  outcome: string | null;
+  attempts: number;
+  next_attempt_at: string;
+  lease_until: string | null;
+  thread_id: string | null;
+  run_id: string | null;
+  reply_text: string | null;
+  reply_parts_sent: number;
+  error: string | null;
+  received_at: string;
+  updated_at: string;
+}
+
+export interface ChannelPrivacyRequestsTable {
+  id: string;
+  org_id: string;
+  channel_id: string;
+  external_conversation_id: string;
+  conversation_type: string;
+  conversation_display_name: string | null;
+  external_user_id: string;
+  display_name: string | null;
+  username: string | null;
+  first_message: string | null;
+  /** pending | approved | expired */
+  status: string;
+  replied_at: string | null;
+  expires_at: string;
+  decided_by_user_id: string | null;
+  decided_at: string | null;
+  grant_id: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ChannelPrivacyGrantsTable {
+  id: string;
+  org_id: string;
+  channel_id: string;
+  /** conversation */
+  scope: string;
+  external_conversation_id: string;
+  conversation_type: string;
+  conversation_display_name: string | null;
+  /** granted | revoked */
+  status: string;
+  active_key: string | null;
+  request_id: string | null;
+  created_by_user_id: string;
+  created_at: string;
+  revoked_at: string | null;
+  revoked_by_user_id: string | null;
+}
+
+export interface ProductAppsTable {
+  id: string;
+  org_id: string;
+  slug: string;
+  name: string;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ProductEndUsersTable {
+  id: string;
+  org_id: string;
+  app_id: string;
+  product_external_user_id: string;
+  created_at: string;
+}
+
+export interface ChannelBindingsTable {
+  id: string;
+  org_id: string;
+  app_id: string;
+  channel_id: string;
+  /** link_required */
+  identity_policy: string;
+  /** disabled | sender_scoped */
+  group_policy: string;
+  unknown_sender_reply: string;
+  /** JSON object */
+  metadata: string;
+  created_by_user_id: string;
+  created_at: string;
+}
+
+export interface ChannelLinkSessionsTable {
+  id: string;
+  org_id: string;
+  app_id: string;
+  channel_id: string;
+  token_hash: string;
+  external_user_id: string | null;
+  external_conversation_id: string | null;
+  return_url: string | null;
+  /** api | chat */
+  origin: string;
+  /** created | completed | expired */
+  status: string;
+  link_id: string | null;
+  expires_at: string;
+  created_at: string;
+  completed_at: string | null;
+}
+
+export interface ChannelLinksTable {
+  id: string;
+  org_id: string;
+  app_id: string;
+  channel_id: string;
+  end_user_id: string;
+  product_external_user_id: string;
+  provider_external_user_id: string;
+  external_conversation_id: string | null;
+  display_name: string | null;
+  username: string | null;
+  /** session | import */
+  source: string;
+  session_id: string | null;
+  /** active | revoked */
+  status: string;
+  active_key: string | null;
+  created_by_user_id: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
 export interface Database {
+  channels: ChannelsTable;
+  channel_conversations: ChannelConversationsTable;
+  channel_messages: ChannelMessagesTable;
+  channel_privacy_requests: ChannelPrivacyRequestsTable;
+  channel_privacy_grants: ChannelPrivacyGrantsTable;
+  product_apps: ProductAppsTable;
+  product_end_users: ProductEndUsersTable;
+  channel_bindings: ChannelBindingsTable;
+  channel_link_sessions: ChannelLinkSessionsTable;
+  channel_links: ChannelLinksTable;
   runmesh_links: RunmeshLinksTable;
   runmesh_nodes: RunmeshNodesTable;
   runmesh_settings: RunmeshSettingsTable;

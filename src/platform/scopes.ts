@@ -37,6 +37,10 @@ export const SCOPES = {
   'tools:admin': 'Install tools for the whole organization and manage custom tools and MCP servers',
   'runmesh:read': 'Read device mesh nodes',
   'runmesh:write': 'Change and revoke device mesh nodes',
+  'channels:read': 'Read messaging channels, their privacy settings, requests and grants',
+  'channels:write': 'Connect, change and delete messaging channels; approve senders and manage grants',
+  'apps:read': 'Read product apps, their channel bindings and channel identity links',
+  'apps:write': 'Manage product apps, channel bindings, link sessions and channel identity links',
 } as const;
 
 /**
