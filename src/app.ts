@@ -18,6 +18,7 @@ import {
   runmeshRoutes,
   startRunmeshJobs,
 } from './domains/runmesh/index.js';
+import { channelRoutes, productRoutes, registerChannelActivity, startChannelJobs } from './domains/channels/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import {
   nodeLoad,
@@ -63,6 +64,8 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     agentRoutes,
     runRoutes,
     runmeshRoutes,
+    channelRoutes,
+    productRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -86,6 +89,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startThreadJobs,
     startRunJobs,
     startRunmeshJobs,
+    startChannelJobs,
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
@@ -179,6 +183,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerStorageActivity(registry);
   registerThreadActivity(registry);
   registerRunmeshActivity(registry);
+  registerChannelActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

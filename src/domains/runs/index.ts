@@ -11,4 +11,4 @@ export {
   type LocalDispatcher,
   type LocalRunRef,
 } from './device.js';
-export { endLocalRun } from './service.js';
+export { cancelRun, endLocalRun, getRun, startRun } from './service.js';

@@ -252,3 +252,9 @@ export async function executeTool(ctx: Ctx, slug: string, body: ExecuteBody, opt
     durationMs,
   };
 }
+
+/** The failed tool calls of a run (tool slug and error code), for callers that explain a run's outcome (channels). */
+export async function failedToolCalls(ctx: Ctx, runId: string): Promise<{ tool: string; errorCode: string | null }[]> {
+  requireScope(ctx, 'agent:read');
+  return repo.failedExecutionsOfRun(ctx, runId);
+}

@@ -127,3 +127,13 @@ export const mcpServersDue = (ctx: Ctx, before: string) =>
 // ---- execution records ----
 
 export const insertExecution = (ctx: Ctx, row: Insertable<ToolExecutionsTable>) => exec(ctx).insertInto('tool_executions').values(row).execute();
+
+export const failedExecutionsOfRun = (ctx: Ctx, runId: string) =>
+  exec(ctx)
+    .selectFrom('tool_executions')
+    .select(['tool', 'error_code as errorCode'])
+    .where('org_id', '=', orgId(ctx))
+    .where('run_id', '=', runId)
+    .where('status', '=', 'failed')
+    .orderBy('created_at')
+    .execute();

@@ -1,6 +1,7 @@
 /** The closed set of error codes, each with its one HTTP status. */
 export const ERROR_STATUS = {
   invalid_request: 400,
+  provider_not_supported: 400,
   unauthenticated: 401,
   insufficient_credits: 402,
   forbidden: 403,
@@ -14,6 +15,7 @@ export const ERROR_STATUS = {
   provider_not_configured: 409,
   tool_not_installed: 409,
   payments_not_configured: 409,
+  phone_number_in_use: 409,
   link_expired: 410,
   payload_too_large: 413,
   quota_exceeded: 413,

@@ -1,0 +1,3 @@
+export { channelRoutes, registerChannelActivity } from './routes.js';
+export { productRoutes } from './product-routes.js';
+export { startChannelJobs } from './jobs.js';
