@@ -18,6 +18,7 @@ export const RESOURCE_TYPES = [
   'oauth_connection',
   'oauth_config',
   'billing',
+  'product_app',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 
