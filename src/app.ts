@@ -3,11 +3,12 @@ import pino, { type Logger } from 'pino';
 import type { Config, ServiceName } from './config.js';
 import { activityRegistry, activityRoutes } from './domains/activity/index.js';
 import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
+import { endUserFlowOwner, productRoutes, registerProductActivity } from './domains/channels/index.js';
 import { billingRoutes, onCreditsExhausted, registerAutoTopup, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
-import { oauthRoutes, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
+import { oauthRoutes, registerFlowOwners, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
 import { registerLocalDispatcher, runRoutes, startRunJobs } from './domains/runs/index.js';
 import {
@@ -63,6 +64,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     agentRoutes,
     runRoutes,
     runmeshRoutes,
+    productRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -168,6 +170,8 @@ export async function buildApp(deps: Deps): Promise<App> {
   // threads cannot import it: it imports them).
   registerLocalDispatcher(deps, meshDispatcher);
   registerDeviceFrames(deps, deviceFrame);
+  // A product end user (channels) finishes their own OAuth flows: oauth cannot import channels, which uses it.
+  registerFlowOwners(deps, endUserFlowOwner);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());
@@ -179,6 +183,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerStorageActivity(registry);
   registerThreadActivity(registry);
   registerRunmeshActivity(registry);
+  registerProductActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

@@ -1,0 +1,13 @@
+export { productRoutes } from './product-routes.js';
+export {
+  activeLink,
+  bindingForChannel,
+  endUserCtx,
+  endUserFlowOwner,
+  isLinkToken,
+  presentLinkToken,
+  registerProductActivity,
+  unlinkedSenderReply,
+  type ChannelBindingInfo,
+  type EndUser,
+} from './product.js';
