@@ -406,6 +406,15 @@ describe('link sessions', () => {
     expect(await ok(admin, 'GET', `/v1/apps/${slug}/channel-links`)).toEqual([]);
   });
 
+  it('a session of a channel unbound since it was opened does not complete: 409 channel_not_bound', async () => {
+    const { slug, channelId, binding } = await boundApp(admin);
+    const s = await session(admin, slug, { agentChannelId: channelId, externalUserId: '7010' });
+    await ok(admin, 'DELETE', `/v1/apps/${slug}/channel-bindings/${binding.id}`);
+    const err = expectError(await complete(admin, slug, s.id, { token: s.token, productExternalUserId: 'u' }), 409, 'conflict');
+    expect(err.message).toContain('channel_not_bound');
+    expect(await ok(admin, 'GET', `/v1/apps/${slug}/channel-links`)).toEqual([]);
+  });
+
   it('the product user finishing must be the one who started it: 403 wrong_user', async () => {
     const { slug, channelId } = await boundApp(admin);
     const s = await session(admin, slug, { agentChannelId: channelId, externalUserId: '7004', productExternalUserId: 'alice' });

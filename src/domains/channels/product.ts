@@ -484,6 +484,8 @@ export async function completeLinkSession(ctx: Ctx, slug: string, sessionId: str
     throw productErrors.expired();
   }
   if (stored.user && !safeEqual(sha256Hex(body.productExternalUserId), stored.user)) throw productErrors.wrongUser();
+  // The binding may have gone (or moved to another app) since the session was opened.
+  await requireBoundChannel(ctx, app, session.channel_id);
   const known = session.external_user_id;
   if (known && body.providerExternalUserId !== undefined && body.providerExternalUserId !== known)
     throw productErrors.senderMismatch('providerExternalUserId');
