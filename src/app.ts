@@ -7,7 +7,7 @@ import { billingRoutes, onCreditsExhausted, registerAutoTopup, startBillingJobs,
 import { executeRoutes } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes } from './domains/models/index.js';
-import { oauthRoutes, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
+import { oauthRoutes, registerFlowOwners, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
 import { registerLocalDispatcher, runRoutes, startRunJobs } from './domains/runs/index.js';
 import {
@@ -18,7 +18,14 @@ import {
   runmeshRoutes,
   startRunmeshJobs,
 } from './domains/runmesh/index.js';
-import { channelRoutes, productRoutes, registerChannelActivity, startChannelJobs } from './domains/channels/index.js';
+import {
+  channelRoutes,
+  endUserFlowOwner,
+  productRoutes,
+  registerChannelActivity,
+  registerProductActivity,
+  startChannelJobs,
+} from './domains/channels/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import {
   nodeLoad,
@@ -172,6 +179,8 @@ export async function buildApp(deps: Deps): Promise<App> {
   // threads cannot import it: it imports them).
   registerLocalDispatcher(deps, meshDispatcher);
   registerDeviceFrames(deps, deviceFrame);
+  // A product end user (channels) finishes their own OAuth flows: oauth cannot import channels, which uses it.
+  registerFlowOwners(deps, endUserFlowOwner);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());
@@ -184,6 +193,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerThreadActivity(registry);
   registerRunmeshActivity(registry);
   registerChannelActivity(registry);
+  registerProductActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

@@ -43,6 +43,11 @@ export interface Principal {
   expiresAt?: string | null;
   /** A linked device's credential (`hgd_…`, ADR 0029): the node it is. Such a principal holds only `runmesh:device`. */
   deviceNodeId?: string;
+  /**
+   * A product channel's linked end user (ADR 0030): `userId` is their `peu_…` id. Their runs and tools use only
+   * their own credentials and connections, never the organization's or the builder's.
+   */
+  endUser?: { appId: string; appSlug: string; productExternalUserId: string };
 }
 
 /** A credential as presented, whatever the transport: an `X-API-Key` value, or an `Authorization: Bearer` token. */

@@ -18,6 +18,8 @@ export const RESOURCE_TYPES = [
   'oauth_connection',
   'oauth_config',
   'billing',
+  'product_app',
+  'agent_channel',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

@@ -1,6 +1,7 @@
 export { oauthRoutes } from './routes.js';
 export { startOAuthJobs } from './jobs.js';
-export { canSeeConnection, listConnections } from './service.js';
+export { canSeeConnection, listConnections, registerFlowOwners, startBrowserFlow, type FlowOwnerResolver } from './service.js';
+export { OAuthConnection, OAuthStart } from './schemas.js';
 export { getAccessToken, type AccessToken } from './tokens.js';
 
 import type { ActivityRegistry } from '../activity/index.js';

@@ -287,10 +287,27 @@ export interface CallbackResult {
   error: string | null;
 }
 
+/**
+ * Who else may own a browser flow than a member of its organization: a product end user (channels, ADR 0030) starts
+ * flows through the product's server. The channels domain answers it (registered by app.ts: oauth cannot import it).
+ */
+export type FlowOwnerResolver = (deps: Deps, userId: string, orgId: string, requestId: string) => Promise<Ctx | null>;
+const FLOW_OWNERS = stateKey('oauth.flowOwners', () => ({ resolvers: [] as FlowOwnerResolver[] }));
+
+export function registerFlowOwners(deps: Deps, resolver: FlowOwnerResolver): void {
+  deps.state.get(FLOW_OWNERS).resolvers.push(resolver);
+}
+
 /** The context of the user who started a flow, as long as they are still a member of its organization. */
 async function flowOwnerCtx(deps: Deps, flow: FlowRow, requestId: string): Promise<Ctx | null> {
   const membership = await membershipOf(deps, flow.user_id, flow.org_id);
-  if (!membership) return null;
+  if (!membership) {
+    for (const resolve of deps.state.get(FLOW_OWNERS).resolvers) {
+      const owner = await resolve(deps, flow.user_id, flow.org_id, requestId);
+      if (owner) return owner;
+    }
+    return null;
+  }
   return {
     ...systemCtx(deps, {
       kind: 'session',

@@ -149,9 +149,17 @@ export async function deleteSecret(ctx: Ctx, name: string, scope: SecretScope): 
  * A secret's value for server-side use only (model keys, tool credentials): the user's own secret first, then
  * the organization's. Never hand the result to a client.
  */
-export async function resolveSecret(deps: Deps, org: string, userId: string | null, name: string): Promise<string | null> {
+export async function resolveSecret(
+  deps: Deps,
+  org: string,
+  userId: string | null,
+  name: string,
+  opts: { userOnly?: boolean } = {},
+): Promise<string | null> {
   const normalized = normalizeSecretName(name);
-  const owners = userId ? [userId, ORG] : [ORG];
+  // userOnly: a product end user's lookup, which must never reach the organization's secrets.
+  if (opts.userOnly && !userId) return null;
+  const owners = userId ? (opts.userOnly ? [userId] : [userId, ORG]) : [ORG];
   const rows = await deps.db.kysely
     .selectFrom('secrets')
     .selectAll()

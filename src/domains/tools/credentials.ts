@@ -4,6 +4,8 @@
  * credentials, the caller's then the organization's; (4) the secret named after the field (`apiKey` -> `APIKEY`),
  * the caller's then the organization's; (5) the connected account of the tool's OAuth provider. What each step
  * supplied is reported by field name; values never leave the server except to the tool's own hosts.
+ * A product channel's end user (`principal.endUser`, ADR 0030) gets only their own: steps 2-4 skip the organization's
+ * credentials and secrets, and a missing connection in step 5 is `connect_required` naming the provider.
  */
 import { hasScope, type Ctx } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
@@ -25,8 +27,8 @@ export interface Resolved {
   sources: Record<string, CredentialStep>;
   /** Required fields no step supplied. */
   missing: string[];
-  /** Why step 5 could not supply the OAuth field, and where to connect. */
-  oauthProblem?: { provider: string; message: string; startUrl: string };
+  /** Why step 5 could not supply the OAuth field, and where to connect (`connect_required` for a product end user). */
+  oauthProblem?: { provider: string; message: string; startUrl: string; code?: 'connect_required' };
   connection: { id: string; provider: string; accountId: string; email: string | null; username: string | null } | null;
 }
 
@@ -50,6 +52,9 @@ export async function resolveCredentials(ctx: Ctx, t: FoundTool, input: ChainInp
   const sources: Record<string, CredentialStep> = {};
   const org = ctx.principal.orgId!;
   const user = ctx.principal.userId;
+  // A product end user never falls back to the organization's (or the builder's) credentials.
+  const endUser = ctx.principal.endUser;
+  const userOnly = { userOnly: Boolean(endUser) };
   const open = () => fields.filter((f) => !(f.name in values));
   const fill = (name: string, value: string | null | undefined, step: CredentialStep) => {
     if (value && !(name in values)) {
@@ -63,17 +68,18 @@ export async function resolveCredentials(ctx: Ctx, t: FoundTool, input: ChainInp
   // (2) overrides naming secrets (the caller's, else the organization's)
   for (const f of open()) {
     const secret = input.credentialOverrides?.[f.name];
-    if (secret) fill(f.name, await resolveSecret(ctx.deps, org, user, normalizeSecretName(secret)), 'override');
+    if (secret) fill(f.name, await resolveSecret(ctx.deps, org, user, normalizeSecretName(secret), userOnly), 'override');
   }
   // (3) stored credentials of the tool (the caller's first, then the organization's)
   if (open().length) {
     for (const row of await repo.credentialsFor(ctx, credentialSlug(t))) {
+      if (endUser && row.user_id !== user) continue;
       const stored = openCredentials(ctx, row);
       for (const f of open()) fill(f.name, stored[f.name], 'stored');
     }
   }
   // (4) the secret named after the field
-  for (const f of open()) fill(f.name, await resolveSecret(ctx.deps, org, user, normalizeSecretName(f.name)), 'secret');
+  for (const f of open()) fill(f.name, await resolveSecret(ctx.deps, org, user, normalizeSecretName(f.name), userOnly), 'secret');
   // (5) the connected OAuth account
   let oauthProblem: Resolved['oauthProblem'];
   let connection: Resolved['connection'] = null;
@@ -93,7 +99,14 @@ export async function resolveCredentials(ctx: Ctx, t: FoundTool, input: ChainInp
         connection = { id: token.connectionId, provider: token.provider, accountId: token.accountId, email: token.email, username: token.username };
       } catch (err) {
         if (!(err instanceof AppError)) throw err;
-        oauthProblem = { provider: oauth.provider, startUrl, message: err.message };
+        oauthProblem = endUser
+          ? {
+              provider: oauth.provider,
+              startUrl,
+              code: 'connect_required',
+              message: `connect your ${oauth.provider} account in ${endUser.appSlug} first (product channels use only your own connected accounts): ${err.message}`,
+            }
+          : { provider: oauth.provider, startUrl, message: err.message };
       }
     }
   }

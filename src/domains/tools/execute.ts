@@ -217,7 +217,11 @@ export async function executeTool(ctx: Ctx, slug: string, body: ExecuteBody, opt
     const how = resolved.oauthProblem
       ? `${resolved.oauthProblem.message}`
       : `pass them in "credentials", store them with POST /v1/tools/${slug}/credentials, or create secrets named ${resolved.missing.map((f) => f.toUpperCase()).join(', ')}`;
-    outcome = failed('credentials_missing', `tool ${slug} is missing credential field(s) ${resolved.missing.join(', ')}: ${how}`);
+    // A product end user lacking their own connection: `connect_required` (ADR 0030).
+    outcome = failed(
+      resolved.oauthProblem?.code ?? 'credentials_missing',
+      `tool ${slug} is missing credential field(s) ${resolved.missing.join(', ')}: ${how}`,
+    );
     if (resolved.oauthProblem) connect = { provider: resolved.oauthProblem.provider, startUrl: resolved.oauthProblem.startUrl };
   } else {
     outcome = redact(await run(ctx, t, args, resolved.values, opts.signal), Object.values(resolved.values));
@@ -242,7 +246,7 @@ export async function executeTool(ctx: Ctx, slug: string, body: ExecuteBody, opt
     error: outcome.error
       ? {
           ...outcome.error,
-          ...(outcome.error.code === 'credentials_missing' ? { missingFields: resolved.missing } : {}),
+          ...(outcome.error.code === 'credentials_missing' || outcome.error.code === 'connect_required' ? { missingFields: resolved.missing } : {}),
           ...(connect ? { connect } : {}),
         }
       : null,
