@@ -28,6 +28,10 @@ import { createThread, deleteThread, getThread } from '../src/domains/threads/se
 import { createCustomTool, listCustomTools, refreshCustomTool } from '../src/domains/tools/custom.js';
 import { executeTool } from '../src/domains/tools/execute.js';
 import { getTool, installTool, listTools, putToolCredentials } from '../src/domains/tools/service.js';
+import { createChannel, deleteChannel, listChannels, registerWebhook, validateConnection } from '../src/domains/channels/service.js';
+import { approveRequest, createGrant, getPrivacy, revokeGrant, updatePrivacy } from '../src/domains/channels/privacy.js';
+import { listChannelMessages } from '../src/domains/channels/messages.js';
+import { createApp, createBinding, createLinkSession, listApps, listLinks } from '../src/domains/channels/product.js';
 import { systemCtx, type Ctx } from '../src/platform/context.js';
 import { AppError } from '../src/platform/http/errors.js';
 import { ROLE_SCOPES, type Scope } from '../src/platform/scopes.js';
@@ -80,6 +84,41 @@ async function expectAccepted(scopes: Scope[], call: (ctx: Ctx) => Promise<unkno
 }
 
 describe('verbs check their scope, whoever calls them', () => {
+  it('channels: connect, read, privacy, webhooks and messages', async () => {
+    await expectForbidden('channels:write', (ctx) =>
+      createChannel(ctx, { agent: 'x', provider: 'chatbot_provider', mode: 'byok', botTokenSecretName: 'X' }),
+    );
+    await expectForbidden('channels:read', (ctx) => listChannels(ctx, {}));
+    await expectForbidden('channels:write', (ctx) => deleteChannel(ctx, 'ach_nope'));
+    await expectForbidden('channels:write', (ctx) => registerWebhook(ctx, 'ach_nope'));
+    await expectForbidden('channels:write', (ctx) =>
+      validateConnection(ctx, 'business_messaging_provider', { agent: 'x', accessToken: 't', phoneNumberId: '1', businessAccountId: '2' }),
+    );
+    await expectForbidden('channels:read', (ctx) => getPrivacy(ctx, 'ach_nope'));
+    await expectForbidden('channels:write', (ctx) => updatePrivacy(ctx, 'ach_nope', { mode: 'open' }));
+    await expectForbidden('channels:write', (ctx) => approveRequest(ctx, 'ach_nope', 'cpr_nope'));
+    await expectForbidden('channels:write', (ctx) =>
+      createGrant(ctx, 'ach_nope', { scope: 'conversation', externalConversationId: '1', conversationType: 'private' }),
+    );
+    await expectForbidden('channels:write', (ctx) => revokeGrant(ctx, 'ach_nope', 'cpg_nope'));
+    await expectForbidden('channels:read', (ctx) => listChannelMessages(ctx, 'ach_nope', { limit: 10 }));
+    const res = await h.app.inject({ method: 'GET', url: '/v1/agent-channels', headers: admin.headers });
+    expect(res.statusCode).toBe(200);
+    expect(json(res).data.channels).toEqual([]);
+  });
+
+  it('product apps: apps, bindings, link sessions and links', async () => {
+    await expectForbidden('apps:write', (ctx) => createApp(ctx, { slug: 'nope', name: 'Nope' }));
+    await expectForbidden('apps:read', (ctx) => listApps(ctx));
+    await expectForbidden('apps:write', (ctx) =>
+      createBinding(ctx, 'nope', { agentChannelId: 'ach_nope', identityPolicy: 'link_required', groupPolicy: 'disabled' } as never),
+    );
+    await expectForbidden('apps:write', (ctx) => createLinkSession(ctx, 'nope', { agentChannelId: 'ach_nope' } as never));
+    await expectForbidden('apps:read', (ctx) => listLinks(ctx, 'nope', {} as never));
+    const res = await h.app.inject({ method: 'GET', url: '/v1/apps', headers: admin.headers });
+    expect(res.statusCode).toBe(200);
+  });
+
   it('secrets: put and list', async () => {
     await expectForbidden('secrets:write', (ctx) => putSecret(ctx, { name: 'NOPE', value: 'v', scope: 'user' }));
     await expectForbidden('secrets:read', (ctx) => listSecrets(ctx));

@@ -75,7 +75,12 @@ describe('messaging channels', () => {
     it('checks the bot token with the provider before saving, and names what is wrong', async () => {
       bot.addBot(token, { id: 111, username: 'helper_bot', firstName: 'Helper' });
       let err = expectError(
-        await call(admin, 'POST', '/v1/agent-channels', { agent: 'helper', provider: 'chatbot_provider', mode: 'byok', botTokenSecretName: 'BOT_TOKEN' }),
+        await call(admin, 'POST', '/v1/agent-channels', {
+          agent: 'helper',
+          provider: 'chatbot_provider',
+          mode: 'byok',
+          botTokenSecretName: 'BOT_TOKEN',
+        }),
         400,
         'invalid_request',
       );
@@ -90,13 +95,23 @@ describe('messaging channels', () => {
       expect(err.message).not.toContain('999:nope');
       expectError(await call(admin, 'POST', '/v1/agent-channels', { agent: 'helper', provider: 'sms' }), 400, 'provider_not_supported');
       expectError(await call(admin, 'POST', '/v1/agent-channels', { agent: 'helper', provider: 'pigeon' }), 400, 'invalid_request');
-      expectError(await call(admin, 'POST', '/v1/agent-channels', { agent: 'nobody', provider: 'chatbot_provider', botTokenSecretName: 'X' }), 404, 'not_found');
+      expectError(
+        await call(admin, 'POST', '/v1/agent-channels', { agent: 'nobody', provider: 'chatbot_provider', botTokenSecretName: 'X' }),
+        404,
+        'not_found',
+      );
       expect((await ok(admin, 'GET', '/v1/agent-channels')).channels).toEqual([]);
     });
 
     it('connects with a stored token: the bot’s identity, no secret values, approved_only by default', async () => {
       await secret(admin, 'BOT_TOKEN', token);
-      channel = await ok(admin, 'POST', '/v1/agent-channels', { agent: 'helper', provider: 'chatbot_provider', mode: 'byok', botTokenSecretName: 'BOT_TOKEN' }, 201);
+      channel = await ok(
+        admin,
+        'POST',
+        '/v1/agent-channels',
+        { agent: 'helper', provider: 'chatbot_provider', mode: 'byok', botTokenSecretName: 'BOT_TOKEN' },
+        201,
+      );
       expect(channel).toMatchObject({
         agent: 'helper',
         provider: 'chatbot_provider',
@@ -131,7 +146,7 @@ describe('messaging channels', () => {
       const hook = bot.webhookOf(token)!;
       expect(hook.url).toBe(r.setup.webhookUrl);
       expect(hook.secretToken).toMatch(/^[A-Za-z0-9_-]{32,}$/);
-      await expectActivity(h, admin, { eventType: 'channel.webhook.registered', resourceId: channel.id });
+      await expectActivity(h, admin, { eventType: 'channel.webhook.registered', resourceType: 'agent_channel', resourceId: channel.id });
     });
 
     it('refuses forged webhooks before reading them, and stores nothing', async () => {
@@ -146,7 +161,10 @@ describe('messaging channels', () => {
         body: JSON.stringify(update),
       });
       expect(raw.status).toBe(403);
-      expect((await fetch(`${base}/v1/agent-channels/ach_nope/webhook`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } })).status).toBe(404);
+      expect(
+        (await fetch(`${base}/v1/agent-channels/ach_nope/webhook`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } }))
+          .status,
+      ).toBe(404);
       expect(await messages(admin, channel.id)).toEqual([]);
       expect(bot.sent).toEqual([]);
     });
@@ -167,8 +185,14 @@ describe('messaging channels', () => {
       expect(model.requests.length).toBe(before);
       const { requests } = await ok(admin, 'GET', `/v1/agent-channels/${channel.id}/privacy/requests`);
       expect(requests).toHaveLength(1);
-      expect(requests[0]).toMatchObject({ status: 'pending', externalConversationId: '42', conversationType: 'private', displayName: 'Ada', username: 'ada' });
-      await expectActivity(h, admin, { eventType: 'channel.privacy_request.created', resourceId: channel.id });
+      expect(requests[0]).toMatchObject({
+        status: 'pending',
+        externalConversationId: '42',
+        conversationType: 'private',
+        displayName: 'Ada',
+        username: 'ada',
+      });
+      await expectActivity(h, admin, { eventType: 'channel.privacy_request.created', resourceType: 'agent_channel', resourceId: channel.id });
     });
 
     it('once approved, the sender chats with the agent on their own thread', async () => {
@@ -177,8 +201,8 @@ describe('messaging channels', () => {
       expect(approved.request.status).toBe('approved');
       expect(approved.grant).toMatchObject({ scope: 'conversation', externalConversationId: '42', conversationType: 'private', status: 'granted' });
       expectError(await call(admin, 'POST', `/v1/agent-channels/${channel.id}/privacy/requests/${requests[0].id}/approve`), 409, 'invalid_state');
-      await expectActivity(h, admin, { eventType: 'channel.privacy_request.approved', resourceId: channel.id });
-      await expectActivity(h, admin, { eventType: 'channel.privacy_grant.created', resourceId: channel.id });
+      await expectActivity(h, admin, { eventType: 'channel.privacy_request.approved', resourceType: 'agent_channel', resourceId: channel.id });
+      await expectActivity(h, admin, { eventType: 'channel.privacy_grant.created', resourceType: 'agent_channel', resourceId: channel.id });
 
       model.script({ text: 'Hi Ada!', usage: { prompt: 3, completion: 2 } });
       await bot.deliver(token, bot.privateText({ fromId: 42, firstName: 'Ada', text: 'Hello agent' }));
@@ -189,7 +213,7 @@ describe('messaging channels', () => {
       expect(m.threadId).toBeTruthy();
       const events = (await ok(admin, 'GET', `/v1/threads/${m.threadId}/events?limit=100`)).events as any[];
       expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(['run_started', 'user_message', 'assistant_message', 'run_completed']));
-      await expectActivity(h, admin, { eventType: 'channel.message.replied', resourceId: channel.id });
+      await expectActivity(h, admin, { eventType: 'channel.message.replied', resourceType: 'agent_channel', resourceId: channel.id });
 
       // The same conversation stays on the same thread; another person gets their own.
       model.script({ text: 'Again' });
@@ -233,7 +257,16 @@ describe('messaging channels', () => {
       expect(long.length).toBeGreaterThan(4096);
       model.script({ text: long });
       await bot.deliver(token, bot.privateText({ fromId: 42, firstName: 'Ada', text: 'tell me everything' }));
-      await until('all parts', () => bot.sent.length >= n + 2 && (bot.sent.slice(n).map((s) => s.text).join('\n\n').length >= long.length - 10));
+      await until(
+        'all parts',
+        () =>
+          bot.sent.length >= n + 2 &&
+          bot.sent
+            .slice(n)
+            .map((s) => s.text)
+            .join('\n\n').length >=
+            long.length - 10,
+      );
       const parts = bot.sent.slice(n).map((s) => s.text);
       expect(parts.every((p) => p.length <= 4096 && p.length > 0)).toBe(true);
       expect(parts.join('\n\n').replace(/\s+/g, ' ').trim()).toBe(long.replace(/\s+/g, ' ').trim());
@@ -253,7 +286,7 @@ describe('messaging channels', () => {
       const { grants } = await ok(admin, 'GET', `/v1/agent-channels/${channel.id}/privacy/grants?status=granted`);
       const revoked = await ok(admin, 'DELETE', `/v1/agent-channels/${channel.id}/privacy/grants/${grants[0].id}`);
       expect(revoked.status).toBe('revoked');
-      await expectActivity(h, admin, { eventType: 'channel.privacy_grant.revoked', resourceId: channel.id });
+      await expectActivity(h, admin, { eventType: 'channel.privacy_grant.revoked', resourceType: 'agent_channel', resourceId: channel.id });
       const before = model.requests.length;
       await bot.deliver(token, bot.privateText({ fromId: 42, firstName: 'Ada', text: 'still there?' }));
       const m = (await settled(admin, channel.id, 10))[0];
@@ -264,7 +297,13 @@ describe('messaging channels', () => {
     });
 
     it('groups are off by default, and a private approval never opens a group', async () => {
-      await ok(admin, 'POST', `/v1/agent-channels/${channel.id}/privacy/grants`, { scope: 'conversation', externalConversationId: '77', conversationType: 'private', conversationDisplayName: 'Bob' }, 201);
+      await ok(
+        admin,
+        'POST',
+        `/v1/agent-channels/${channel.id}/privacy/grants`,
+        { scope: 'conversation', externalConversationId: '77', conversationType: 'private', conversationDisplayName: 'Bob' },
+        201,
+      );
       await bot.deliver(token, bot.groupText({ groupId: -100500, title: 'Team', fromId: 77, firstName: 'Bob', text: 'hi group' }));
       let m = (await settled(admin, channel.id, 11))[0];
       expect(m).toMatchObject({ status: 'ignored', outcome: 'groups_off', conversationType: 'group' });
@@ -286,7 +325,9 @@ describe('messaging channels', () => {
       const m = (await settled(admin, channel.id, 14))[0];
       expect(m).toMatchObject({ status: 'ignored', outcome: 'privacy_disabled' });
       expect(bot.sent.length).toBe(n);
-      expect(await ok(admin, 'PATCH', `/v1/agent-channels/${channel.id}/privacy`, { mode: 'approved_only', unauthorizedReply: 'silent' })).toMatchObject({
+      expect(
+        await ok(admin, 'PATCH', `/v1/agent-channels/${channel.id}/privacy`, { mode: 'approved_only', unauthorizedReply: 'silent' }),
+      ).toMatchObject({
         mode: 'approved_only',
         unauthorizedReply: 'silent',
       });
@@ -309,14 +350,22 @@ describe('messaging channels', () => {
       expect((await settled(admin, channel.id, 15))[0]).toMatchObject({ status: 'ignored', outcome: 'paused' });
       expect(bot.sent.length).toBe(n);
       expect(await ok(admin, 'DELETE', `/v1/agent-channels/${channel.id}`)).toEqual({ deleted: true });
-      await expectActivity(h, admin, { eventType: 'channel.deleted', resourceId: channel.id });
+      // The channel is gone, so its activity is found in the organization's log (a resource filter would be 404 now).
+      const deleted = await expectActivity(h, admin, { eventType: 'channel.deleted', metadata: { accountId: '111' } });
+      expect(deleted.resourceId).toBe(channel.id);
       expectError(await call(admin, 'GET', `/v1/agent-channels/${channel.id}`), 404, 'not_found');
       expect((await bot.deliver(token, bot.privateText({ fromId: 42, firstName: 'Ada', text: 'gone?' }))).status).toBe(404);
     });
   });
 
   describe('a business phone number connected to an agent', () => {
-    const number = { phoneNumberId: '1065550001', displayPhoneNumber: '+1 555-0001', verifiedName: 'Acme', businessAccountId: '2001', accessToken: 'EAAG-test-token' };
+    const number = {
+      phoneNumberId: '1065550001',
+      displayPhoneNumber: '+1 555-0001',
+      verifiedName: 'Acme',
+      businessAccountId: '2001',
+      accessToken: 'EAAG-test-token',
+    };
     const appSecret = 'app-secret-for-tests';
     let channel: any;
     let setup: any;
@@ -352,7 +401,7 @@ describe('messaging channels', () => {
         businessAccountId: '9999',
       });
       expect(mismatch.valid).toBe(false);
-      expect((await ok(admin, 'GET', '/v1/agent-channels')).channels).toEqual([]);
+      expect((await ok(admin, 'GET', '/v1/agent-channels?provider=business_messaging_provider')).accounts).toEqual([]);
     });
 
     it('connects a number to one agent only: a second agent is refused by the one-agent-per-number rule', async () => {
@@ -371,7 +420,11 @@ describe('messaging channels', () => {
         },
         201,
       );
-      expect(channel).toMatchObject({ provider: 'business_messaging_provider', account: { id: number.phoneNumberId, name: number.displayPhoneNumber }, businessAccountId: '2001' });
+      expect(channel).toMatchObject({
+        provider: 'business_messaging_provider',
+        account: { id: number.phoneNumberId, name: number.displayPhoneNumber },
+        businessAccountId: '2001',
+      });
       const err = expectError(
         await call(admin, 'POST', '/v1/agent-channels', {
           agent: 'second',
@@ -416,7 +469,14 @@ describe('messaging channels', () => {
       expect((await biz.deliver(setup.webhookUrl, event, { appSecret })).status).toBe(200);
       const sent = await biz.waitForSent(1);
       expect(sent[0]).toMatchObject({ phoneNumberId: number.phoneNumberId, to: '15550123', text: 'Hello from Acme' });
-      const stray = biz.textEvent({ ...number, phoneNumberId: '1065550002', displayPhoneNumber: '+1 555-0002', from: '15550123', name: 'Carol', text: 'wrong number' });
+      const stray = biz.textEvent({
+        ...number,
+        phoneNumberId: '1065550002',
+        displayPhoneNumber: '+1 555-0002',
+        from: '15550123',
+        name: 'Carol',
+        text: 'wrong number',
+      });
       const res = await biz.deliver(setup.webhookUrl, stray, { appSecret });
       expect(res.status).toBe(200);
       expect(((await res.json()) as any).data.accepted).toBe(0);
@@ -436,7 +496,13 @@ describe('messaging channels', () => {
     beforeAll(async () => {
       bot.addBot(token, { id: 222, username: 'product_bot', firstName: 'Product' });
       await secret(admin, 'PRODUCT_BOT', token);
-      channel = await ok(admin, 'POST', '/v1/agent-channels', { agent: 'helper', provider: 'chatbot_provider', botTokenSecretName: 'PRODUCT_BOT' }, 201);
+      channel = await ok(
+        admin,
+        'POST',
+        '/v1/agent-channels',
+        { agent: 'helper', provider: 'chatbot_provider', botTokenSecretName: 'PRODUCT_BOT' },
+        201,
+      );
       await registerWebhook(admin, channel.id);
       await ok(admin, 'POST', '/v1/apps', { slug: 'acme', name: 'Acme' }, 201);
       binding = await ok(
@@ -471,7 +537,14 @@ describe('messaging channels', () => {
         admin,
         'POST',
         `/v1/apps/acme/channel-link-sessions/${sessionId}/complete`,
-        { token: linkToken, productExternalUserId: 'user-77', providerExternalUserId: '3030', externalConversationId: '3030', displayName: 'Pat', username: 'pat' },
+        {
+          token: linkToken,
+          productExternalUserId: 'user-77',
+          providerExternalUserId: '3030',
+          externalConversationId: '3030',
+          displayName: 'Pat',
+          username: 'pat',
+        },
         201,
       );
       expect(link).toMatchObject({ productExternalUserId: 'user-77', providerExternalUserId: '3030', status: 'active' });
@@ -511,11 +584,28 @@ securitySuite('channels', [
     body: { agent: 'x', accessToken: 't', phoneNumberId: '1', businessAccountId: '2' },
   },
   { method: 'GET', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}`, scope: 'channels:read', crossOrg: true },
-  { method: 'PATCH', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}`, scope: 'channels:write', body: { status: 'paused' }, crossOrg: true },
+  {
+    method: 'PATCH',
+    url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}`,
+    scope: 'channels:write',
+    body: { status: 'paused' },
+    crossOrg: true,
+  },
   { method: 'DELETE', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}`, scope: 'channels:write', crossOrg: true },
   { method: 'GET', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy`, scope: 'channels:read', crossOrg: true },
-  { method: 'PATCH', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy`, scope: 'channels:write', body: { mode: 'open' }, crossOrg: true },
-  { method: 'GET', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy/requests`, scope: 'channels:read', crossOrg: true },
+  {
+    method: 'PATCH',
+    url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy`,
+    scope: 'channels:write',
+    body: { mode: 'open' },
+    crossOrg: true,
+  },
+  {
+    method: 'GET',
+    url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy/requests`,
+    scope: 'channels:read',
+    crossOrg: true,
+  },
   { method: 'GET', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy/grants`, scope: 'channels:read', crossOrg: true },
   {
     method: 'POST',
@@ -524,7 +614,11 @@ securitySuite('channels', [
     body: { externalConversationId: '1', conversationType: 'private' },
     crossOrg: true,
   },
-  { method: 'POST', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy/requests/cpr_x/approve`, scope: 'channels:write' },
+  {
+    method: 'POST',
+    url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy/requests/cpr_x/approve`,
+    scope: 'channels:write',
+  },
   { method: 'DELETE', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/privacy/grants/cpg_x`, scope: 'channels:write' },
   { method: 'GET', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/messages`, scope: 'channels:read', crossOrg: true },
   { method: 'POST', url: async (o, h) => `/v1/agent-channels/${(await seedChannel(h, o)).id}/register-webhook`, scope: 'channels:write' },

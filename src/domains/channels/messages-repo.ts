@@ -108,4 +108,9 @@ export const insertConversation = (ctx: Ctx, row: ConversationRow) =>
     .execute();
 
 export const setConversationThread = (ctx: Ctx, id: string, threadId: string, now: string) =>
-  exec(ctx).updateTable('channel_conversations').set({ thread_id: threadId, updated_at: now }).where('org_id', '=', orgId(ctx)).where('id', '=', id).execute();
+  exec(ctx)
+    .updateTable('channel_conversations')
+    .set({ thread_id: threadId, updated_at: now })
+    .where('org_id', '=', orgId(ctx))
+    .where('id', '=', id)
+    .execute();

@@ -216,7 +216,7 @@ function backoffMs(deps: Deps, attempts: number, retryAfterMs?: number): number 
 
 type Held = { row: MessageRow; channel: ChannelRow; ctx: Ctx };
 
-async function finishMessage(deps: Deps, h: Held, status: 'replied' | 'ignored' | 'failed', set: Partial<MessageRow> = {}): Promise<void> {
+async function finishMessage(h: Held, status: 'replied' | 'ignored' | 'failed', set: Partial<MessageRow> = {}): Promise<void> {
   const now = nowIso();
   await withTx(h.ctx, async (tx) => {
     await msgs.updateHeld(tx.trx!, h.row.id, { status, lease_until: null, updated_at: now, ...set });
@@ -230,7 +230,11 @@ async function finishMessage(deps: Deps, h: Held, status: 'replied' | 'ignored' 
       summary: status === 'failed' ? (set.error ?? h.row.error ?? '').slice(0, 500) : '',
       threadId: set.thread_id ?? h.row.thread_id ?? undefined,
       agentRunId: set.run_id ?? h.row.run_id ?? undefined,
-      metadata: { messageId: h.row.id, externalConversationId: h.row.external_conversation_id, parts: set.reply_parts_sent ?? h.row.reply_parts_sent },
+      metadata: {
+        messageId: h.row.id,
+        externalConversationId: h.row.external_conversation_id,
+        parts: set.reply_parts_sent ?? h.row.reply_parts_sent,
+      },
     });
   });
 }
@@ -256,22 +260,20 @@ export async function processMessage(deps: Deps, id: string): Promise<void> {
   if (!channel) return; // deleted meanwhile: its messages went with it
   const h: Held = { row, channel, ctx: channelCtx(deps, channel) };
   const renew = setInterval(() => {
-    void msgs
-      .updateHeld(deps.db.kysely, id, { lease_until: new Date(Date.now() + LEASE_MS).toISOString() })
-      .catch(() => undefined);
+    void msgs.updateHeld(deps.db.kysely, id, { lease_until: new Date(Date.now() + LEASE_MS).toISOString() }).catch(() => undefined);
   }, LEASE_MS / 3);
   try {
     // A reply already decided (a process stopped, or the provider failed, while sending it) is only sent.
     if (row.reply_text !== null) return await deliver(deps, h, row.reply_text, resumedStatus(row), {});
-    if (channel.status === 'paused') return await finishMessage(deps, h, 'ignored', { outcome: 'paused' });
+    if (channel.status === 'paused') return await finishMessage(h, 'ignored', { outcome: 'paused' });
     const decision = await decide(deps, h);
     if (decision.kind === 'reply') return await deliver(deps, h, decision.text, 'ignored', { outcome: decision.outcome });
-    if (decision.kind === 'ignore') return await finishMessage(deps, h, 'ignored', { outcome: decision.outcome });
+    if (decision.kind === 'ignore') return await finishMessage(h, 'ignored', { outcome: decision.outcome });
     await answer(deps, h, decision.runCtx, decision.owner, decision.senderScope, decision.connectHint);
   } catch (err) {
     const message = err instanceof AppError || err instanceof ProviderError ? err.message : 'unexpected error';
     if (!(err instanceof AppError) && !(err instanceof ProviderError)) deps.log.error({ err, messageId: id }, 'channel message failed');
-    if (row.attempts >= deps.config.channels.maxAttempts) await finishMessage(deps, h, 'failed', { error: message }).catch(() => undefined);
+    if (row.attempts >= deps.config.channels.maxAttempts) await finishMessage(h, 'failed', { error: message }).catch(() => undefined);
     else await retryLater(deps, h, backoffMs(deps, row.attempts), { error: message }).catch(() => undefined);
   } finally {
     clearInterval(renew);
@@ -323,12 +325,18 @@ async function decide(deps: Deps, h: Held): Promise<Decision> {
       return { kind: 'reply', outcome: 'unlinked', text };
     }
     const runCtx = endUserCtx(deps, channel.org_id, link.endUser, ctx.requestId);
-    const where = typeof binding.metadata.connectUrl === 'string' ? binding.metadata.connectUrl : typeof binding.metadata.linkUrl === 'string' ? binding.metadata.linkUrl : null;
+    const where =
+      typeof binding.metadata.connectUrl === 'string'
+        ? binding.metadata.connectUrl
+        : typeof binding.metadata.linkUrl === 'string'
+          ? binding.metadata.linkUrl
+          : null;
     const hint = `Connect the account it needs in ${binding.appName}${where ? `: ${where}` : ''}`;
     return { kind: 'run', runCtx, owner: link.endUser.id, senderScope: row.conversation_type === 'group' ? row.sender_id : '', connectHint: hint };
   }
   const access = await decideAccess(ctx, channel, inbound(row));
-  if (!access.allowed) return access.reply ? { kind: 'reply', outcome: access.outcome, text: access.reply } : { kind: 'ignore', outcome: access.outcome };
+  if (!access.allowed)
+    return access.reply ? { kind: 'reply', outcome: access.outcome, text: access.reply } : { kind: 'ignore', outcome: access.outcome };
   return { kind: 'run', runCtx: ctx, owner: channel.created_by_user_id, senderScope: '', connectHint: null };
 }
 
@@ -359,7 +367,13 @@ async function answer(deps: Deps, h: Held, runCtx: Ctx, owner: string, senderSco
   const { channel, row } = h;
   const conv = await conversationOf(h.ctx, h, owner, senderScope);
   const metadata = {
-    channel: { id: channel.id, provider: channel.provider, messageId: row.id, externalConversationId: row.external_conversation_id, senderId: row.sender_id },
+    channel: {
+      id: channel.id,
+      provider: channel.provider,
+      messageId: row.id,
+      externalConversationId: row.external_conversation_id,
+      senderId: row.sender_id,
+    },
   };
   const controller = new AbortController();
   const state = deps.state.get(CHANNELS_STATE);
@@ -426,7 +440,7 @@ async function deliver(deps: Deps, h: Held, text: string, status: 'replied' | 'i
   let sent = row.reply_text === text ? row.reply_parts_sent : 0;
   if (row.reply_text !== text) await msgs.updateHeld(deps.db.kysely, row.id, { reply_text: text, reply_parts_sent: 0, ...set });
   const creds = await channelCredentials(deps, channel);
-  if (!creds) return finishMessage(deps, h, 'failed', { ...set, error: 'the channel’s secrets no longer exist; set them again (PATCH the channel)' });
+  if (!creds) return finishMessage(h, 'failed', { ...set, error: 'the channel’s secrets no longer exist; set them again (PATCH the channel)' });
   try {
     for (; sent < parts.length; sent++) {
       await adapter.send(creds, row.external_conversation_id, parts[sent]!);
@@ -436,10 +450,10 @@ async function deliver(deps: Deps, h: Held, text: string, status: 'replied' | 'i
     if (!(err instanceof ProviderError)) throw err;
     const error = `sending the reply failed: ${err.message}`;
     if (err.opts.permanent || row.attempts >= deps.config.channels.maxAttempts)
-      return finishMessage(deps, h, 'failed', { ...set, reply_parts_sent: sent, error });
+      return finishMessage(h, 'failed', { ...set, reply_parts_sent: sent, error });
     return retryLater(deps, h, backoffMs(deps, row.attempts, err.opts.retryAfterMs), { ...set, reply_parts_sent: sent, error });
   }
-  await finishMessage(deps, h, status, { ...set, reply_parts_sent: parts.length, ...(status === 'failed' ? {} : { error: null }) });
+  await finishMessage(h, status, { ...set, reply_parts_sent: parts.length, ...(status === 'failed' ? {} : { error: null }) });
 }
 
 /** Stops taking new work (app close); work in progress finishes or is taken again after its lease. */

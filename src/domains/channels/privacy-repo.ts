@@ -31,7 +31,11 @@ export const requestFor = (ctx: Ctx, channelId: string, conversationId: string) 
     .executeTakeFirst();
 
 export const insertRequest = (ctx: Ctx, row: Insertable<ChannelPrivacyRequestsTable>) =>
-  exec(ctx).insertInto('channel_privacy_requests').values(row).onConflict((oc) => oc.columns(['channel_id', 'external_conversation_id']).doNothing()).execute();
+  exec(ctx)
+    .insertInto('channel_privacy_requests')
+    .values(row)
+    .onConflict((oc) => oc.columns(['channel_id', 'external_conversation_id']).doNothing())
+    .execute();
 
 /** Moves a request only from the status it was read in (two approvers, or an approval racing expiry: one wins). */
 export async function updateRequestFrom(ctx: Ctx, id: string, from: string, set: Updateable<ChannelPrivacyRequestsTable>): Promise<boolean> {
@@ -92,7 +96,8 @@ export const liveGrant = (ctx: Ctx, channelId: string, conversationId: string) =
     .where('active_key', '=', conversationId)
     .executeTakeFirst();
 
-export const insertGrant = (ctx: Ctx, row: Insertable<ChannelPrivacyGrantsTable>) => exec(ctx).insertInto('channel_privacy_grants').values(row).execute();
+export const insertGrant = (ctx: Ctx, row: Insertable<ChannelPrivacyGrantsTable>) =>
+  exec(ctx).insertInto('channel_privacy_grants').values(row).execute();
 
 export async function revokeGrantRow(ctx: Ctx, id: string, set: Updateable<ChannelPrivacyGrantsTable>): Promise<boolean> {
   const r = await exec(ctx)

@@ -166,7 +166,8 @@ export async function approveRequest(ctx: Ctx, channelId: string, requestId: str
       requestId,
     });
     const set = { status: 'approved', decided_at: now, decided_by_user_id: tx.principal.userId, grant_id: grant.id, updated_at: now };
-    if (!(await repo.updateRequestFrom(tx, requestId, 'pending', set))) throw new AppError('invalid_state', `privacy request ${requestId} is no longer pending`);
+    if (!(await repo.updateRequestFrom(tx, requestId, 'pending', set)))
+      throw new AppError('invalid_state', `privacy request ${requestId} is no longer pending`);
     await recordActivity(tx, {
       resourceType: 'agent_channel',
       resourceId: channelId,
@@ -268,7 +269,15 @@ export async function decideAccess(ctx: Ctx, channel: ChannelRow, msg: InboundMe
     let row: RequestRow | undefined = existing;
     let created = false;
     if (!existing) {
-      await repo.insertRequest(tx, { id: prefixedId('cpr'), org_id: orgId(tx), channel_id: channel.id, external_conversation_id: msg.conversationId, replied_at: null, created_at: nowS, ...fields });
+      await repo.insertRequest(tx, {
+        id: prefixedId('cpr'),
+        org_id: orgId(tx),
+        channel_id: channel.id,
+        external_conversation_id: msg.conversationId,
+        replied_at: null,
+        created_at: nowS,
+        ...fields,
+      });
       row = await repo.requestFor(tx, channel.id, msg.conversationId);
       created = row?.created_at === nowS;
     } else if (existing.status !== 'pending' || existing.expires_at <= nowS) {
@@ -285,7 +294,12 @@ export async function decideAccess(ctx: Ctx, channel: ChannelRow, msg: InboundMe
         eventType: 'channel.privacy_request.created',
         status: 'pending',
         title: `${msg.senderName ?? msg.senderId} asked to chat with ${channel.agent_slug}`,
-        metadata: { requestId: row.id, externalConversationId: msg.conversationId, conversationType: msg.conversationType, externalUserId: msg.senderId },
+        metadata: {
+          requestId: row.id,
+          externalConversationId: msg.conversationId,
+          conversationType: msg.conversationType,
+          externalUserId: msg.senderId,
+        },
       });
     return row;
   });

@@ -17,6 +17,7 @@ import type { Scope } from '../../platform/scopes.js';
 import { recordActivity, type ActivityRegistry } from '../activity/index.js';
 import { listConnections, startBrowserFlow, type OAuthConnection } from '../oauth/index.js';
 import { findChannel, type ChannelRow } from './repo.js';
+import { adapterFor, isProvider } from './providers/index.js';
 import * as repo from './product-repo.js';
 import type {
   App,
@@ -149,19 +150,10 @@ const splitHash = (stored: string) => {
   return { token: token!, user: user ?? null };
 };
 
-/**
- * The chat deep link carrying `payload`. The provider adapters (`./providers/index.js`) build it once they land;
- * until then the two supported providers' link formats are built here from the same configuration.
- */
+/** The chat deep link carrying `payload`, in the channel's provider's format (its adapter builds it). */
 function deepLinkFor(deps: Deps, channel: ChannelRow, payload: string): string | null {
-  if (!channel.account_name) return null;
-  if (channel.provider === 'chatbot_provider')
-    return `${deps.config.channels.chatbotLinkUrl}/${encodeURIComponent(channel.account_name)}?start=${payload}`;
-  if (channel.provider === 'business_messaging_provider') {
-    const digits = channel.account_name.replace(/\D/g, '');
-    return digits ? `${deps.config.channels.businessLinkUrl}/${digits}?text=${payload}` : null;
-  }
-  return null;
+  if (!isProvider(channel.provider)) return null;
+  return adapterFor(deps.config.channels, channel.provider).deepLink({ accountName: channel.account_name }, payload);
 }
 
 const sessionExpired = (s: repo.SessionRow, now = Date.now()) =>

@@ -28,7 +28,16 @@ import {
   ValidateResult,
   WebhookRegistration,
 } from './schemas.js';
-import { canSeeChannel, createChannel, deleteChannel, getChannel, listChannels, registerWebhook, updateChannel, validateConnection } from './service.js';
+import {
+  canSeeChannel,
+  createChannel,
+  deleteChannel,
+  getChannel,
+  listChannels,
+  registerWebhook,
+  updateChannel,
+  validateConnection,
+} from './service.js';
 
 const tags = ['channels'];
 const Deleted = z.object({ deleted: z.literal(true) });
@@ -265,7 +274,8 @@ export async function channelRoutes(app: App, deps: Deps) {
       schema: {
         tags,
         summary: 'Revoke a grant',
-        description: 'Access ends at once: the conversation’s next message is treated as a stranger’s. Answers the revoked grant (again for one revoked before).',
+        description:
+          'Access ends at once: the conversation’s next message is treated as a stranger’s. Answers the revoked grant (again for one revoked before).',
         params: GrantParams,
         response: { 200: envelope(Grant), ...errorResponses },
       },
@@ -326,7 +336,10 @@ export async function channelRoutes(app: App, deps: Deps) {
           ].join(''),
           security: [],
           params: ChannelParams,
-          response: { 200: envelope(z.object({ received: z.literal(true), accepted: z.number().int(), duplicates: z.number().int() })), ...errorResponses },
+          response: {
+            200: envelope(z.object({ received: z.literal(true), accepted: z.number().int(), duplicates: z.number().int() })),
+            ...errorResponses,
+          },
         },
       },
       async (req) => {

@@ -221,7 +221,10 @@ export async function listChannels(
   ctx: Ctx,
   query: ChannelsQuery,
   origin?: string,
-): Promise<{ kind: 'channels'; channels: Channel[] } | { kind: 'accounts'; accounts: { provider: ProviderSlug; accountId: string; accountName: string | null; channelId: string; agent: string }[] }> {
+): Promise<
+  | { kind: 'channels'; channels: Channel[] }
+  | { kind: 'accounts'; accounts: { provider: ProviderSlug; accountId: string; accountName: string | null; channelId: string; agent: string }[] }
+> {
   requireScope(ctx, 'channels:read');
   const provider = query.provider === undefined ? undefined : providerOf(query.provider);
   const agentId = query.agent ? (await getAgent(ctx, query.agent)).id : undefined;
@@ -248,7 +251,10 @@ export async function updateChannel(ctx: Ctx, id: string, body: UpdateChannelBod
   if (body.status !== undefined) set.status = body.status;
   const chatbotOnly = body.accessTokenSecretName !== undefined || body.appSecretSecretName !== undefined;
   if (provider === 'chatbot_provider' && chatbotOnly)
-    throw errors.invalidField(body.accessTokenSecretName !== undefined ? 'accessTokenSecretName' : 'appSecretSecretName', 'belongs to business_messaging_provider channels');
+    throw errors.invalidField(
+      body.accessTokenSecretName !== undefined ? 'accessTokenSecretName' : 'appSecretSecretName',
+      'belongs to business_messaging_provider channels',
+    );
   if (provider === 'business_messaging_provider' && body.botTokenSecretName !== undefined)
     throw errors.invalidField('botTokenSecretName', 'belongs to chatbot_provider channels');
   if (body.botTokenSecretName !== undefined) set.bot_token_secret = normalizeSecretName(body.botTokenSecretName);
@@ -272,7 +278,10 @@ export async function updateChannel(ctx: Ctx, id: string, body: UpdateChannelBod
       .identify(creds)
       .catch((err) => providerProblem(err, provider, field));
     if (identity.accountId !== row.account_id)
-      throw errors.invalidField(field, `the new credentials belong to another account (${identity.accountName ?? identity.accountId}); connect it as a new channel`);
+      throw errors.invalidField(
+        field,
+        `the new credentials belong to another account (${identity.accountName ?? identity.accountId}); connect it as a new channel`,
+      );
     // The secrets now resolve for the caller: the channel acts as the member who last set them.
     set.created_by_user_id = user;
   }
@@ -337,7 +346,12 @@ export async function validateConnection(ctx: Ctx, providerParam: string, body: 
         checks.botToken = 'in_use';
         problems.push(accountTaken(provider, taken).message);
       }
-      return { valid: problems.length === 0, checks, problems, account: identity };
+      return {
+        valid: problems.length === 0,
+        checks,
+        problems,
+        account: { id: identity.accountId, name: identity.accountName, displayName: identity.displayName },
+      };
     } catch (err) {
       if (!(err instanceof ProviderError) || !err.opts.permanent) providerProblem(err, provider, 'botToken');
       checks.botToken = 'invalid';
@@ -345,7 +359,8 @@ export async function validateConnection(ctx: Ctx, providerParam: string, body: 
       return { valid: false, checks, problems, account: null };
     }
   }
-  for (const f of ['accessToken', 'phoneNumberId', 'businessAccountId'] as const) if (!body[f]) throw errors.invalidField(f, 'is required for business_messaging_provider');
+  for (const f of ['accessToken', 'phoneNumberId', 'businessAccountId'] as const)
+    if (!body[f]) throw errors.invalidField(f, 'is required for business_messaging_provider');
   const result = await validateBusinessConnection(ctx.deps.config.channels, {
     accessToken: body.accessToken!,
     phoneNumberId: body.phoneNumberId!,
@@ -376,7 +391,10 @@ export async function registerWebhook(ctx: Ctx, id: string, origin?: string) {
   const row = await channelRow(ctx, id);
   const provider = row.provider as ProviderSlug;
   const creds = await channelCredentials(ctx.deps, row);
-  if (!creds) throw errors.invalid(`the channel's secrets (${[row.bot_token_secret, row.access_token_secret].filter(Boolean).join(', ')}) no longer exist; set them again`);
+  if (!creds)
+    throw errors.invalid(
+      `the channel's secrets (${[row.bot_token_secret, row.access_token_secret].filter(Boolean).join(', ')}) no longer exist; set them again`,
+    );
   const url = webhookUrl(ctx.deps, id, origin);
   const secret = webhookSecret(ctx.deps, row);
   const setup = await adapterFor(ctx.deps.config.channels, provider)
@@ -390,7 +408,9 @@ export async function registerWebhook(ctx: Ctx, id: string, origin?: string) {
       resourceId: id,
       eventType: 'channel.webhook.registered',
       status: 'succeeded',
-      title: setup.registered ? `Webhook of ${row.account_name ?? row.account_id} set at the provider` : `Webhook set-up of ${row.account_name ?? row.account_id} issued`,
+      title: setup.registered
+        ? `Webhook of ${row.account_name ?? row.account_id} set at the provider`
+        : `Webhook set-up of ${row.account_name ?? row.account_id} issued`,
       metadata: { provider, webhookUrl: url, registered: setup.registered },
     });
   });
