@@ -55,7 +55,12 @@ describe('a product user chatting through a bound channel', () => {
             inputSchema: { type: 'object', properties: {}, additionalProperties: false },
             credentials: [{ name: 'accessToken', required: true }],
             oauth: { provider: 'github', scopes: [], field: 'accessToken' },
-            execution: { type: 'http', method: 'GET', url: `${api.url}/probe/chain`, headers: { Authorization: 'Bearer {{credentials.accessToken}}' } },
+            execution: {
+              type: 'http',
+              method: 'GET',
+              url: `${api.url}/probe/chain`,
+              headers: { Authorization: 'Bearer {{credentials.accessToken}}' },
+            },
           },
         ],
       }),
@@ -105,7 +110,12 @@ describe('a product user chatting through a bound channel', () => {
       },
       201,
     );
-    await ok('POST', '/v1/apps/notes-app/channel-links', { agentChannelId: channel.id, externalUserId: '5151', productExternalUserId: 'cust-9' }, 201);
+    await ok(
+      'POST',
+      '/v1/apps/notes-app/channel-links',
+      { agentChannelId: channel.id, externalUserId: '5151', productExternalUserId: 'cust-9' },
+      201,
+    );
 
     const before = api.requests.length;
     model.script({ toolCalls: [{ id: 'call_1', name: 'probe_chain', arguments: '{}' }] }, { text: 'I could not reach your notes.' });
