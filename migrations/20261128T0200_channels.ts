@@ -186,6 +186,8 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
     .addColumn('external_user_id', 'text')
     .addColumn('external_conversation_id', 'text')
+    // The product user who started it, when the product named one: only they can complete it.
+    .addColumn('product_external_user_id', 'text')
     .addColumn('return_url', 'text')
     // api: the product's server created it; chat: Hangar did, for an unlinked sender's message.
     .addColumn('origin', 'text', (c) => c.notNull())

@@ -824,6 +824,8 @@ export interface ChannelLinkSessionsTable {
   token_hash: string;
   external_user_id: string | null;
   external_conversation_id: string | null;
+  /** The product user who started it (only they can complete it), when the product named one. */
+  product_external_user_id: string | null;
   return_url: string | null;
   /** api | chat */
   origin: string;

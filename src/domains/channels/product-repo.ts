@@ -105,8 +105,7 @@ export const sessionByTokenHash = (ctx: Ctx, channelId: string, tokenHash: strin
     .selectAll()
     .where('org_id', '=', orgId(ctx))
     .where('channel_id', '=', channelId)
-    // A session bound to a product user stores `<token hash>:<user hash>` (see product.ts).
-    .where((eb) => eb.or([eb('token_hash', '=', tokenHash), eb('token_hash', 'like', `${tokenHash}:%`)]))
+    .where('token_hash', '=', tokenHash)
     .executeTakeFirst();
 
 /** Records the chat sender who presented a session's token, unless the session already names one. */

@@ -138,18 +138,6 @@ async function requireBoundChannel(ctx: Ctx, app: repo.AppRow, channelId: string
 
 const newToken = () => `${LINK_TOKEN_PREFIX}${randomBytes(TOKEN_BYTES).toString('base64url')}`;
 
-/**
- * A session's stored token hash: the sha256 of the token, and for a session bound to the product user who started
- * it, `:` and the sha256 of that user's id (the table has no column of its own for it).
- */
-const storedHash = (token: string, productExternalUserId?: string | null) =>
-  productExternalUserId ? `${sha256Hex(token)}:${sha256Hex(productExternalUserId)}` : sha256Hex(token);
-
-const splitHash = (stored: string) => {
-  const [token, user] = stored.split(':');
-  return { token: token!, user: user ?? null };
-};
-
 /** The chat deep link carrying `payload`, in the channel's provider's format (its adapter builds it). */
 function deepLinkFor(deps: Deps, channel: ChannelRow, payload: string): string | null {
   if (!isProvider(channel.provider)) return null;
@@ -319,7 +307,8 @@ async function insertSessionRow(
     org_id: orgId(ctx),
     app_id: app.id,
     channel_id: channelId,
-    token_hash: storedHash(token, input.productExternalUserId),
+    token_hash: sha256Hex(token),
+    product_external_user_id: input.productExternalUserId ?? null,
     external_user_id: input.externalUserId,
     external_conversation_id: input.conversationId,
     return_url: input.returnUrl,
@@ -468,14 +457,13 @@ export async function completeLinkSession(ctx: Ctx, slug: string, sessionId: str
   const app = await requireApp(ctx, slug);
   const session = await repo.sessionById(ctx, app.id, sessionId);
   if (!session) throw errors.notFound('channel link session', sessionId);
-  const stored = splitHash(session.token_hash);
-  if (!safeEqual(sha256Hex(body.token), stored.token)) throw productErrors.invalidToken();
+  if (!safeEqual(sha256Hex(body.token), session.token_hash)) throw productErrors.invalidToken();
   if (session.status === 'completed') throw productErrors.alreadyCompleted();
   if (sessionExpired(session)) {
     await repo.expireSession(ctx, session.id);
     throw productErrors.expired();
   }
-  if (stored.user && !safeEqual(sha256Hex(body.productExternalUserId), stored.user)) throw productErrors.wrongUser();
+  if (session.product_external_user_id !== null && body.productExternalUserId !== session.product_external_user_id) throw productErrors.wrongUser();
   // The binding may have gone (or moved to another app) since the session was opened.
   await requireBoundChannel(ctx, app, session.channel_id);
   const known = session.external_user_id;
