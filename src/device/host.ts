@@ -93,7 +93,10 @@ export class WorkspaceHost implements ToolHost {
 
   async startProcess(body: { cmd: string; cwd?: string; keepStdin?: boolean; timeoutMs?: number }): Promise<{ pid: number }> {
     const cwd = await this.resolveCwd(body.cwd);
-    const child = spawn('bash', ['-lc', body.cmd], {
+    // Not a login shell: `hangar device run` already has the user's environment, and a login shell re-reads their
+    // profile for every command (slow, and profile hooks such as a version manager's rehash race each other's locks
+    // when commands run side by side).
+    const child = spawn('bash', ['-c', body.cmd], {
       cwd,
       detached: true, // its own process group, killed as a whole
       stdio: [body.keepStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
