@@ -5,7 +5,12 @@ import { sql, type Kysely } from 'kysely';
 // few rows a day instead of every event. A database migrated before this file already holds final events: they
 // are summed in here once, as the meter would have. Also an index for the usage page's per-organization reads of
 // events not final yet.
+// The billing migration was released in two versions: the first without usage_rollups and this index, a later one
+// with both (its rollups kept by the meter from the start). A database that ran the later one has nothing to do here.
 export async function up(db: Kysely<any>): Promise<void> {
+  const tables = await db.introspection.getTables();
+  if (tables.some((t) => t.name === 'usage_rollups')) return;
+
   await db.schema.createIndex('usage_events_org_state').on('usage_events').columns(['org_id', 'state', 'created_at']).execute();
 
   await db.schema

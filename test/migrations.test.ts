@@ -127,6 +127,9 @@ describe('a database migrated through 20261127T2000_billing before usage_rollups
       {
         prepareDatabase: async (db) => {
           await migrateToLatest(db.kysely, db.dialect, migrationsUpTo('20261127T2000_billing'));
+          // As the billing migration first landed: without usage_rollups and its index (a later version has both).
+          await db.kysely.schema.dropTable('usage_rollups').execute();
+          await db.kysely.schema.dropIndex('usage_events_org_state').execute();
           expect((await ownTables(db.kysely, db.dialect)).map((x) => x.name)).not.toContain('usage_rollups');
           // As the schema was then (not today's Database type).
           const old = db.kysely as Kysely<any>;
