@@ -14,6 +14,7 @@ import * as billing from './20261127T2000_billing.js';
 import * as usageRollups from './20261127T2100_usage_rollups.js';
 import * as runmesh from './20261128T0100_runmesh.js';
 import * as channels from './20261128T0200_channels.js';
+import * as contextSessions from './20261128T1500_context_sessions.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -32,4 +33,5 @@ export const migrations: Record<string, Migration> = {
   '20261127T2100_usage_rollups': usageRollups,
   '20261128T0100_runmesh': runmesh,
   '20261128T0200_channels': channels,
+  '20261128T1500_context_sessions': contextSessions,
 };

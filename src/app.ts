@@ -27,6 +27,7 @@ import {
   startChannelJobs,
 } from './domains/channels/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
+import { registerSessionActivity, sessionRoutes } from './domains/sessions/index.js';
 import {
   nodeLoad,
   pauseRunningForBilling,
@@ -73,6 +74,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     runmeshRoutes,
     channelRoutes,
     productRoutes,
+    sessionRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -194,6 +196,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerRunmeshActivity(registry);
   registerChannelActivity(registry);
   registerProductActivity(registry);
+  registerSessionActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

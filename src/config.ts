@@ -161,6 +161,12 @@ const EnvSchema = z.object({
   HANGAR_CHANNELS_LINK_TTL_SECONDS: intFrom(60, 86_400).default(900),
   HANGAR_CHANNELS_MAX_ATTEMPTS: intFrom(1, 50).default(6),
   HANGAR_CHANNELS_RETRY_BASE_MS: intFrom(10, 600_000).default(2000),
+  HANGAR_SESSIONS_DEFAULT_MAX_TOKENS: intFrom(1000, 100_000_000).default(128_000),
+  HANGAR_SESSIONS_MAX_BLOCK_BYTES: intFrom(1024, 10_000_000).default(1_000_000),
+  HANGAR_SESSIONS_MAX_BLOCKS: intFrom(10, 10_000_000).default(100_000),
+  HANGAR_SESSIONS_LOCK_WAIT_MS: intFrom(0, 600_000).default(30_000),
+  HANGAR_SESSIONS_SUMMARY_TIMEOUT_MS: intFrom(1000, 600_000).default(60_000),
+  HANGAR_SESSIONS_RUN_COMPACT_PCT: intFrom(10, 95).default(50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -195,6 +201,23 @@ export type Config = Readonly<{
   billing: BillingConfig;
   runmesh: RunmeshConfig;
   channels: ChannelsConfig;
+  sessions: SessionsConfig;
+}>;
+
+/** Context sessions (ADR 0031). */
+export type SessionsConfig = Readonly<{
+  /** A session's window (`metrics.maxTokens`) when its default agent's model declares none. */
+  defaultMaxTokens: number;
+  /** The largest block content, in UTF-8 bytes (413 beyond). */
+  maxBlockBytes: number;
+  /** Blocks one session may hold. */
+  maxBlocks: number;
+  /** How long a write waits for a session another run, fork or compaction holds before 409 `session_busy`. */
+  lockWaitMs: number;
+  /** Each model call writing a compaction summary. */
+  summaryTimeoutMs: number;
+  /** A run that finds its session over the window compacts it to this percentage of the window. */
+  runCompactPct: number;
 }>;
 
 /** Messaging channels (ADR 0030). Provider API addresses are the operator's (tests point them at loopback fakes). */
@@ -713,6 +736,14 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       linkTtlSeconds: e.HANGAR_CHANNELS_LINK_TTL_SECONDS,
       maxAttempts: e.HANGAR_CHANNELS_MAX_ATTEMPTS,
       retryBaseMs: e.HANGAR_CHANNELS_RETRY_BASE_MS,
+    }),
+    sessions: Object.freeze({
+      defaultMaxTokens: e.HANGAR_SESSIONS_DEFAULT_MAX_TOKENS,
+      maxBlockBytes: e.HANGAR_SESSIONS_MAX_BLOCK_BYTES,
+      maxBlocks: e.HANGAR_SESSIONS_MAX_BLOCKS,
+      lockWaitMs: e.HANGAR_SESSIONS_LOCK_WAIT_MS,
+      summaryTimeoutMs: e.HANGAR_SESSIONS_SUMMARY_TIMEOUT_MS,
+      runCompactPct: e.HANGAR_SESSIONS_RUN_COMPACT_PCT,
     }),
     tools: Object.freeze({
       catalogFile: e.HANGAR_TOOLS_CATALOG_FILE ? path.resolve(e.HANGAR_TOOLS_CATALOG_FILE) : null,

@@ -366,7 +366,7 @@ export interface ModelUsageTable {
   user_id: string | null;
   model: string;
   tier: 'platform' | 'byok';
-  source: 'proxy' | 'run';
+  source: 'proxy' | 'run' | 'session';
   run_id: string | null;
   input_tokens: number;
   output_tokens: number;
@@ -837,6 +837,52 @@ export interface ChannelLinkSessionsTable {
   completed_at: string | null;
 }
 
+export interface ContextSessionsTable {
+  id: string;
+  org_id: string;
+  created_by_user_id: string;
+  name: string;
+  default_agent: string | null;
+  /** JSON array of strings. */
+  tags: string;
+  forked_from: string | null;
+  /** The encoding its blocks are counted with (o200k_base, cl100k_base). */
+  tokenizer: string;
+  total_tokens: number;
+  block_count: number;
+  compaction_count: number;
+  invocation_count: number;
+  next_position: number;
+  lease_holder: string | null;
+  lease_until: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ContextSessionTagsTable {
+  session_id: string;
+  org_id: string;
+  tag: string;
+}
+
+export interface ContextBlocksTable {
+  id: string;
+  org_id: string;
+  session_id: string;
+  position: number;
+  /** instruction | document | message | tool_result | summary | note */
+  kind: string;
+  content: string;
+  /** JSON array of strings. */
+  tags: string;
+  pinned: number;
+  tokens: number;
+  /** JSON object: where the block came from (a run, a thread, a forked block, the blocks a summary replaced). */
+  source: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface ChannelLinksTable {
   id: string;
   org_id: string;
@@ -870,6 +916,9 @@ export interface Database {
   channel_bindings: ChannelBindingsTable;
   channel_link_sessions: ChannelLinkSessionsTable;
   channel_links: ChannelLinksTable;
+  context_sessions: ContextSessionsTable;
+  context_session_tags: ContextSessionTagsTable;
+  context_blocks: ContextBlocksTable;
   runmesh_links: RunmeshLinksTable;
   runmesh_nodes: RunmeshNodesTable;
   runmesh_settings: RunmeshSettingsTable;

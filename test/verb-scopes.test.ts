@@ -185,8 +185,8 @@ describe('verbs check their scope, whoever calls them', () => {
     await expectAccepted(['agent:read', 'activity:read'], (ctx) => getThread(ctx, 'nope'));
     await expectForbidden(['storage:read', 'activity:read'], (ctx) => getWorkspace(ctx, admin.personalWorkspaceId));
     await expectAccepted(['storage:read', 'activity:read'], (ctx) => getWorkspace(ctx, admin.personalWorkspaceId));
-    await expectForbidden(['agent:run', 'activity:read'], (ctx) => findAgentRow(ctx, 'nope'));
-    await expectAccepted(['agent:run', 'activity:read'], (ctx) => findAgentRow(ctx, 'nope'));
+    await expectForbidden(['agent:run', 'activity:read', 'sessions:read', 'sessions:write'], (ctx) => findAgentRow(ctx, 'nope'));
+    await expectAccepted(['agent:run', 'activity:read', 'sessions:read', 'sessions:write'], (ctx) => findAgentRow(ctx, 'nope'));
   });
 
   it('agents: create', async () => {

@@ -41,6 +41,8 @@ export const SCOPES = {
   'channels:write': 'Connect, change and delete messaging channels; approve senders and manage grants',
   'apps:read': 'Read product apps, their channel bindings and channel identity links',
   'apps:write': 'Manage product apps, channel bindings, link sessions and channel identity links',
+  'sessions:read': 'Read your context sessions and their blocks',
+  'sessions:write': 'Create, fork, compact and delete your context sessions and change their blocks',
 } as const;
 
 /**

@@ -20,6 +20,7 @@ export const RESOURCE_TYPES = [
   'billing',
   'product_app',
   'agent_channel',
+  'context_session',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

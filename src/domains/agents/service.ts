@@ -34,7 +34,7 @@ function toAgent(row: Row): Agent {
 
 /** The agent a run starts (agent:run) or an activity listing names (activity:read). */
 export async function findAgentRow(ctx: Ctx, slug: string): Promise<Row> {
-  requireAnyScope(ctx, ['agent:run', 'activity:read']);
+  requireAnyScope(ctx, ['agent:run', 'activity:read', 'sessions:read', 'sessions:write']);
   return agentRow(ctx, slug);
 }
 

@@ -8,5 +8,7 @@ export {
   availableModels,
   runModelStream,
   runUsageTotals,
+  generateForCaller,
   type StreamLine,
 } from './service.js';
+export type { ModelEntry } from './catalogue.js';

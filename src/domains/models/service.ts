@@ -95,7 +95,7 @@ export function toUsage(u: LanguageModelUsage | undefined): Usage {
  */
 export async function recordModelUsage(
   deps: Deps,
-  input: { orgId: string; userId: string | null; entry: ModelEntry; usage: Usage; source: 'proxy' | 'run'; runId?: string },
+  input: { orgId: string; userId: string | null; entry: ModelEntry; usage: Usage; source: 'proxy' | 'run' | 'session'; runId?: string },
 ): Promise<void> {
   const p = input.entry.tier === 'platform' ? input.entry.pricing : null;
   const uncached = Math.max(0, input.usage.inputTokens - input.usage.cachedInputTokens);
@@ -225,6 +225,37 @@ export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSign
     finishReason: result.finishReason,
     usage,
   };
+}
+
+/**
+ * One model call made by the platform on a member's behalf (e.g. a context session's compaction summary): the
+ * model resolved for the caller (BYOK keys included), credits checked for a platform model, the call bounded by
+ * `timeoutMs`, and its usage recorded and metered like any call (source `session`).
+ */
+export async function generateForCaller(
+  ctx: Ctx,
+  modelId: string,
+  call: { system: string; prompt: string; maxOutputTokens: number; timeoutMs: number; signal?: AbortSignal; source: 'session'; what: string },
+): Promise<{ text: string; usage: Usage }> {
+  const { entry, model } = await resolveModel(ctx, modelId);
+  await requireModelCredits(ctx, entry, call.what);
+  const timeout = AbortSignal.any([...(call.signal ? [call.signal] : []), AbortSignal.timeout(call.timeoutMs)]);
+  let result: Awaited<ReturnType<typeof generateText>>;
+  try {
+    result = await generateText({
+      model,
+      system: call.system,
+      prompt: call.prompt,
+      maxOutputTokens: call.maxOutputTokens,
+      abortSignal: timeout,
+      maxRetries: 1,
+    });
+  } catch (err) {
+    throw providerError(err, entry.id);
+  }
+  const usage = toUsage(result.usage);
+  await recordModelUsage(ctx.deps, { orgId: orgId(ctx), userId: ctx.principal.userId, entry, usage, source: call.source });
+  return { text: result.text, usage };
 }
 
 export type StreamLine =

@@ -13,4 +13,6 @@ export interface RunIo {
   durable: (frames: DurableInput[]) => Promise<DurableFrame[]>;
   live: (frame: TransientFrame) => Promise<void>;
   origin: () => TransientOrigin;
+  /** Told each tool result (a context session keeps them when asked). */
+  onToolResult?: (r: { toolCallId: string; name: string; output: string; isError: boolean }) => void;
 }

@@ -34,6 +34,8 @@ export async function runTurns(
     signal: AbortSignal;
     usage: RunUsage;
     io: RunIo;
+    /** A context session's blocks, rendered: the model reads them after the agent's instructions. */
+    sessionContext?: string;
   },
 ): Promise<{ status: RunResult['status']; finalText: string | null; maxTurns: number }> {
   const { deps } = ctx;
@@ -43,7 +45,8 @@ export async function runTurns(
   let messageSeq = 0;
   const { summary, messages: past } = await threadHistory(ctx, threadId, row.rollout_id);
   const messages: ModelMessage[] = past.map((m) => ({ role: m.role, content: m.text }));
-  const system = [agent.instructions, summary ? `${SUMMARY_PREFIX}${summary}` : null].filter(Boolean).join('\n\n') || undefined;
+  const system =
+    [agent.instructions, run.sessionContext || null, summary ? `${SUMMARY_PREFIX}${summary}` : null].filter(Boolean).join('\n\n') || undefined;
   const catalogue = new Set(catalogueTools(tools));
   const toolSet: ToolSet = { ...(mode === 'in_sandbox' ? toolDefinitions(tools) : {}), ...(await catalogueToolDefinitions(ctx, [...catalogue])) };
   const sandboxAgent = row.sandbox_id ? (await agentOf(ctx, row.sandbox_id)).agent : null;

@@ -30,6 +30,26 @@ export const RunBody = z
       .strict()
       .default({}),
     metadata: z.record(z.string(), z.unknown()).default({}),
+    sessionId: z
+      .string()
+      .min(1)
+      .max(100)
+      .optional()
+      .describe(
+        'A context session of yours (`sess_…`): its blocks (pinned first) are the model context before the thread’s messages, and the answer is added back as a block',
+      ),
+    sessionOptions: z
+      .object({
+        includeToolResults: z.boolean().default(false).describe('Add each tool result back as a `tool_result` block too'),
+        onOverflow: z
+          .enum(['compact', 'fail'])
+          .default('compact')
+          .describe(
+            'A session over the run’s window: `compact` it first (to HANGAR_SESSIONS_RUN_COMPACT_PCT of the window), or `fail` with 409 invalid_state',
+          ),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 export type RunBody = z.infer<typeof RunBody>;

@@ -26,6 +26,7 @@ import {
   type TransientOrigin,
   type TransientPublisher,
 } from '../threads/index.js';
+import { openSessionForRun, type RunSession, type RunToolResult } from '../sessions/index.js';
 import { checkCatalogueTools } from './catalog-tools.js';
 import { deviceLockTtlMs, endDeviceRun, endingWriter, failUndispatchedRuns, followDeviceRun, localDispatcher, refOf } from './device.js';
 import { CancelledError } from './io.js';
@@ -170,11 +171,49 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
   await checkCatalogueTools(ctx, agent.slug, tools);
   const mode = agent.execution_mode;
   const cfg = { ...(JSON.parse(agent.config) as RunBody['config']), ...body.config };
-  let model: Awaited<ReturnType<typeof resolveModel>> | null = null;
   if (!agent.model) throw errors.invalidField('agent', `agent "${agent.slug}" has no model; set one with PATCH /v1/agents/${agent.slug}`);
   // A device run's model is called by its device through the platform (resolved then, for the run's owner).
-  model = await resolveModel(ctx, agent.model, { field: 'agent.model' });
+  const model = await resolveModel(ctx, agent.model, { field: 'agent.model' });
   if (mode === 'local-desktop') await localDispatcher(deps).check(ctx, agent.target_device_id ?? '');
+  if (body.sessionId && mode === 'local-desktop')
+    throw errors.invalidField('sessionId', 'context sessions are not available to local-desktop agents (their device builds the model context)');
+  const runId = uuid();
+  // The session is held from here to the run's end; every way out before the run starts gives it back.
+  const session = body.sessionId
+    ? await openSessionForRun(caller, body.sessionId, {
+        runId,
+        modelWindow: model.entry.contextWindow,
+        onOverflow: body.sessionOptions?.onOverflow ?? 'compact',
+        includeToolResults: body.sessionOptions?.includeToolResults ?? false,
+      })
+    : null;
+  try {
+    return await runOn(ctx, body, { agent, text, tools, mode, cfg, model, runId, session, emit: opts.emit, signal: opts.signal });
+  } finally {
+    await session?.release().catch(() => undefined);
+  }
+}
+
+/** startRun once its agent, model and session are settled: the thread, its lock, the turns, the end. */
+async function runOn(
+  ctx: Ctx,
+  body: RunBody,
+  r: {
+    agent: AgentRow;
+    text: string;
+    tools: string[];
+    mode: string;
+    cfg: RunBody['config'];
+    model: Awaited<ReturnType<typeof resolveModel>>;
+    runId: string;
+    session: RunSession | null;
+    emit?: (frame: RunFrame) => void;
+    signal: AbortSignal;
+  },
+): Promise<RunResult> {
+  const { deps } = ctx;
+  const { agent, text, tools, mode, cfg, model, runId, session } = r;
+  const opts = { emit: r.emit, signal: r.signal };
 
   const existing = body.threadId
     ? await findThread(ctx, body.threadId).then((t) => {
@@ -191,7 +230,6 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
         active_rollout_id: t.activeRolloutId,
       }));
   const threadId = thread.id;
-  const runId = uuid();
   const local = mode === 'local-desktop';
   const lockTtl = local ? deviceLockTtlMs(deps) : LOCK_TTL_MS;
   const lock = await acquireRunLock(deps, threadId, runId, lockTtl);
@@ -291,24 +329,28 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
       return await getRunRow(ctx, runId);
     }
 
+    const toolResults: RunToolResult[] = [];
     const { status, finalText, maxTurns } = await runTurns(ctx, {
       row,
       agent,
       tools,
-      model: model!,
+      model,
       cfg,
       signal: controller.signal,
       usage,
-      io: { durable, live, origin },
+      io: { durable, live, origin, onToolResult: session ? (t) => toolResults.push(t) : undefined },
+      sessionContext: session?.context,
     });
 
-    return await finish(
+    const result = await finish(
       ctx,
       row,
       agent,
       { status, result: finalText, error: status === 'max_turns' ? `stopped after ${maxTurns} model turns (config.maxTurns)` : null, usage },
       durable,
     );
+    await endSession(ctx, session, { threadId, status, answer: status === 'completed' ? finalText : null, toolResults });
+    return result;
   } catch (err) {
     const cancelled = err instanceof CancelledError || controller.signal.aborted;
     // A failure inside the model stream (the SDK's own error) is the provider's, named as such.
@@ -318,6 +360,7 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
     const result = await finish(ctx, row, agent, { status: cancelled ? 'cancelled' : 'failed', result: null, error: message, usage }, durable).catch(
       () => null,
     );
+    await endSession(ctx, session, { threadId, status: cancelled ? 'cancelled' : 'failed', answer: null, toolResults: [] });
     if (result) return result;
     throw err;
   } finally {
@@ -327,6 +370,14 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
     // A device run keeps its thread until it ends (its end releases the lock); a failure before dispatch ended it.
     if (!local) await releaseRunLock(deps, threadId, runId).catch(() => undefined);
   }
+}
+
+/** A run's end on its context session (its answer added back, the invocation counted); a failure there is logged, the run stands. */
+async function endSession(ctx: Ctx, session: RunSession | null, out: Parameters<RunSession['finish']>[0]): Promise<void> {
+  if (!session) return;
+  await session
+    .finish(out)
+    .catch((err: unknown) => ctx.deps.log.warn({ err, sessionId: session.id }, 'a run could not record its end on its context session'));
 }
 
 /** A run's record as the API shows it, read fresh. */

@@ -67,6 +67,7 @@ export async function toolStep(
     });
   }
   if (signal.aborted) throw new CancelledError();
+  io.onToolResult?.({ toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError });
   await live(transientFrames.toolCallCompleted(origin(), c.id, c.name, outcome.isError));
   await durable([
     {

@@ -34,6 +34,8 @@ export const ErrorBody = z
       activeRunId: z.string().optional().describe('The run active on the thread, on a 409 `THREAD_BUSY`'),
       balanceCents: z.number().int().optional().describe('The credit balance, on a 402 `insufficient_credits`'),
       availableCents: z.number().int().optional().describe('The balance less pending charges, on a 402 `insufficient_credits`'),
+      heldBy: z.string().optional().describe('What holds the session (run, compaction, fork, write, delete), on a 409 `session_busy`'),
+      minimumTokens: z.number().int().optional().describe('The smallest target a compaction can reach, on a 400 for `targetTokens`'),
     }),
   })
   .meta({ id: 'Error' });

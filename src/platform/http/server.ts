@@ -76,6 +76,8 @@ function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
     activeRunId?: string;
     balanceCents?: number;
     availableCents?: number;
+    heldBy?: string;
+    minimumTokens?: number;
   } = {
     code: err.code,
     message: err.message,
@@ -86,6 +88,8 @@ function sendError(req: FastifyRequest, reply: FastifyReply, err: AppError) {
   if (typeof err.details?.activeRunId === 'string') body.activeRunId = err.details.activeRunId;
   if (typeof err.details?.balanceCents === 'number') body.balanceCents = err.details.balanceCents;
   if (typeof err.details?.availableCents === 'number') body.availableCents = err.details.availableCents;
+  if (typeof err.details?.heldBy === 'string') body.heldBy = err.details.heldBy;
+  if (typeof err.details?.minimumTokens === 'number') body.minimumTokens = err.details.minimumTokens;
   return reply.status(err.status).type('application/json').serializer(JSON.stringify).send({ error: body });
 }
 

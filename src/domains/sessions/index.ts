@@ -1,0 +1,2 @@
+export { registerSessionActivity, sessionRoutes } from './routes.js';
+export { openSessionForRun, type RunSession, type RunToolResult } from './runs.js';
