@@ -32,6 +32,10 @@ import { createChannel, deleteChannel, listChannels, registerWebhook, validateCo
 import { approveRequest, createGrant, getPrivacy, revokeGrant, updatePrivacy } from '../src/domains/channels/privacy.js';
 import { listChannelMessages } from '../src/domains/channels/messages.js';
 import { createApp, createBinding, createLinkSession, listApps, listLinks } from '../src/domains/channels/product.js';
+import { addBlocks, listBlocks } from '../src/domains/sessions/blocks.js';
+import { compactSession } from '../src/domains/sessions/compact.js';
+import { openSessionForRun } from '../src/domains/sessions/runs.js';
+import { createSession, deleteSession, forkSession, getSession, listSessions } from '../src/domains/sessions/service.js';
 import { systemCtx, type Ctx } from '../src/platform/context.js';
 import { AppError } from '../src/platform/http/errors.js';
 import { ROLE_SCOPES, type Scope } from '../src/platform/scopes.js';
@@ -105,6 +109,24 @@ describe('verbs check their scope, whoever calls them', () => {
     const res = await h.app.inject({ method: 'GET', url: '/v1/agent-channels', headers: admin.headers });
     expect(res.statusCode).toBe(200);
     expect(json(res).data.channels).toEqual([]);
+  });
+
+  it('context sessions: sessions, blocks, forks, compaction and runs on them', async () => {
+    await expectForbidden('sessions:write', (ctx) => createSession(ctx, { name: 'x', tags: [], includePinned: true }));
+    await expectForbidden('sessions:read', (ctx) => listSessions(ctx, { limit: 20 }));
+    await expectForbidden('sessions:read', (ctx) => getSession(ctx, 'sess_nope'));
+    await expectForbidden('sessions:write', (ctx) => deleteSession(ctx, 'sess_nope'));
+    await expectForbidden('sessions:write', (ctx) => forkSession(ctx, 'sess_nope', { name: 'f', includePinned: true, includeSummaries: true }));
+    await expectForbidden('sessions:write', (ctx) =>
+      compactSession(ctx, 'sess_nope', { preservePinned: true, preserveRecent: 5, summarizer: 'auto' }),
+    );
+    await expectForbidden('sessions:write', (ctx) => addBlocks(ctx, 'sess_nope', [{ kind: 'note', content: 'x', tags: [], pinned: false }]));
+    await expectForbidden('sessions:read', (ctx) => listBlocks(ctx, 'sess_nope', { limit: 10 }));
+    await expectForbidden('sessions:write', (ctx) =>
+      openSessionForRun(ctx, 'sess_nope', { runId: 'r', modelWindow: null, onOverflow: 'fail', includeToolResults: false }),
+    );
+    const res = await h.app.inject({ method: 'GET', url: '/v1/aip/sessions', headers: member.headers });
+    expect(res.statusCode).toBe(200);
   });
 
   it('product apps: apps, bindings, link sessions and links', async () => {

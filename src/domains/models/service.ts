@@ -235,7 +235,16 @@ export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSign
 export async function generateForCaller(
   ctx: Ctx,
   modelId: string,
-  call: { system: string; prompt: string; maxOutputTokens: number; timeoutMs: number; signal?: AbortSignal; source: 'session'; what: string },
+  call: {
+    system: string;
+    prompt: string;
+    maxOutputTokens: number;
+    timeoutMs: number;
+    signal?: AbortSignal;
+    source: 'session';
+    runId?: string;
+    what: string;
+  },
 ): Promise<{ text: string; usage: Usage }> {
   const { entry, model } = await resolveModel(ctx, modelId);
   await requireModelCredits(ctx, entry, call.what);
@@ -254,7 +263,7 @@ export async function generateForCaller(
     throw providerError(err, entry.id);
   }
   const usage = toUsage(result.usage);
-  await recordModelUsage(ctx.deps, { orgId: orgId(ctx), userId: ctx.principal.userId, entry, usage, source: call.source });
+  await recordModelUsage(ctx.deps, { orgId: orgId(ctx), userId: ctx.principal.userId, entry, usage, source: call.source, runId: call.runId });
   return { text: result.text, usage };
 }
 

@@ -46,8 +46,9 @@ export function planCompaction(metas: readonly BlockMeta[], o: { target: number;
   // The fewest oldest blocks whose summaries free `need` tokens; all of them (with a larger summary) otherwise.
   let k = 0;
   let taken = 0;
-  while (k < compactable.length && taken * (1 - SUMMARY_RATIO) < need) taken += compactable[k++]!.tokens;
-  const budget = Math.max(MIN_SUMMARY_TOKENS, Math.min(taken - need, Math.ceil(taken * SUMMARY_RATIO)));
+  // (Enough that the summary keeps at least MIN_SUMMARY_TOKENS: the minimum check guarantees all of them do.)
+  while (k < compactable.length && (taken * (1 - SUMMARY_RATIO) < need || taken - need < MIN_SUMMARY_TOKENS)) taken += compactable[k++]!.tokens;
+  const budget = Math.min(taken - need, Math.max(MIN_SUMMARY_TOKENS, Math.ceil(taken * SUMMARY_RATIO)));
   const chosen = compactable.slice(0, k);
   // Chunks of at least chunkTokens (the last one merged into the one before when under half of that), so each
   // summary gets a fair share of the budget. A summary takes the place of its first block: older material moves
@@ -110,7 +111,9 @@ export async function compactHeld(
   let usedModel = false;
   for (const g of plan.groups) {
     const rows = g.blocks.map((b) => contents.get(b.id)!);
-    let text = model ? await modelSummary(ctx, model.id, rows, { budget: g.budget, inputTokens: Math.floor(window * 0.7), tk }) : '';
+    let text = model
+      ? await modelSummary(ctx, model.id, rows, { budget: g.budget, inputTokens: Math.floor(window * 0.7), tk, runId: opts.runId })
+      : '';
     const by = text ? 'model' : 'extractive';
     if (text) usedModel = true;
     else text = extractiveSummary(rows, g.budget, tk);

@@ -49,7 +49,7 @@ export async function modelSummary(
   ctx: Ctx,
   modelId: string,
   blocks: readonly SummarySource[],
-  opts: { budget: number; inputTokens: number; tk: Tokenizer; signal?: AbortSignal },
+  opts: { budget: number; inputTokens: number; tk: Tokenizer; signal?: AbortSignal; runId?: string },
 ): Promise<string> {
   const material = opts.tk.truncate(blocks.map((b) => `[${b.kind}]\n${b.content}`).join('\n\n'), opts.inputTokens);
   const words = Math.max(10, Math.floor(opts.budget * 0.7));
@@ -64,6 +64,7 @@ export async function modelSummary(
     timeoutMs: ctx.deps.config.sessions.summaryTimeoutMs,
     signal: opts.signal,
     source: 'session',
+    runId: opts.runId,
     what: 'a context session compaction summary',
   });
   return opts.tk.truncate(text.trim(), opts.budget);
