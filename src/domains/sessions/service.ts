@@ -114,6 +114,36 @@ async function copiedBlocks(ctx: Ctx, source: SessionRow, to: { id: string; toke
   return { copies, tokens: copies.reduce((n, b) => n + b.tokens, 0) };
 }
 
+/** Writes a new session with its tags and (copied) blocks, in the caller's transaction. */
+async function insertNewSession(
+  tx: Ctx,
+  s: { id: string; name: string; defaultAgent: string | null; tags: readonly string[]; forkedFrom: string | null; tokenizer: string; at: string },
+  copy: { copies: Insertable<ContextBlocksTable>[]; tokens: number },
+): Promise<void> {
+  const tags = [...new Set(s.tags)];
+  await insertSession(tx, {
+    id: s.id,
+    org_id: orgId(tx),
+    created_by_user_id: tx.principal.userId,
+    name: s.name,
+    default_agent: s.defaultAgent,
+    tags: JSON.stringify(tags),
+    forked_from: s.forkedFrom,
+    tokenizer: s.tokenizer,
+    total_tokens: copy.tokens,
+    block_count: copy.copies.length,
+    compaction_count: 0,
+    invocation_count: 0,
+    next_position: copy.copies.length,
+    lease_holder: null,
+    lease_until: null,
+    created_at: s.at,
+    updated_at: s.at,
+  });
+  await setSessionTags(tx, s.id, tags);
+  await insertBlocks(tx, copy.copies);
+}
+
 /** POST /v1/aip/sessions: a new session, empty or with copies of another session's blocks. */
 export async function createSession(ctx: Ctx, body: CreateSessionBody): Promise<Session> {
   requireScope(ctx, 'sessions:write');
@@ -135,27 +165,11 @@ export async function createSession(ctx: Ctx, body: CreateSessionBody): Promise<
         )
       : { copies: [], tokens: 0 };
     await withTx(ctx, async (tx) => {
-      await insertSession(tx, {
-        id,
-        org_id: orgId(ctx),
-        created_by_user_id: ctx.principal.userId,
-        name: body.name,
-        default_agent: body.defaultAgent ?? null,
-        tags: JSON.stringify([...new Set(body.tags)]),
-        forked_from: null,
-        tokenizer: tokenizerName,
-        total_tokens: copy.tokens,
-        block_count: copy.copies.length,
-        compaction_count: 0,
-        invocation_count: 0,
-        next_position: copy.copies.length,
-        lease_holder: null,
-        lease_until: null,
-        created_at: at,
-        updated_at: at,
-      });
-      await setSessionTags(tx, id, body.tags);
-      await insertBlocks(tx, copy.copies);
+      await insertNewSession(
+        tx,
+        { id, name: body.name, defaultAgent: body.defaultAgent ?? null, tags: body.tags, forkedFrom: null, tokenizer: tokenizerName, at },
+        copy,
+      );
       await recordActivity(tx, {
         resourceType: 'context_session',
         resourceId: id,
@@ -259,27 +273,19 @@ export async function forkSession(ctx: Ctx, id: string, body: ForkBody): Promise
     const fresh = (await findSession(ctx, id))!;
     const copy = await copiedBlocks(ctx, fresh, { id: forkId, tokenizer: fresh.tokenizer }, body, at);
     await withTx(ctx, async (tx) => {
-      await insertSession(tx, {
-        id: forkId,
-        org_id: fresh.org_id,
-        created_by_user_id: ctx.principal.userId,
-        name: body.name,
-        default_agent: fresh.default_agent,
-        tags: fresh.tags,
-        forked_from: fresh.id,
-        tokenizer: fresh.tokenizer,
-        total_tokens: copy.tokens,
-        block_count: copy.copies.length,
-        compaction_count: 0,
-        invocation_count: 0,
-        next_position: copy.copies.length,
-        lease_holder: null,
-        lease_until: null,
-        created_at: at,
-        updated_at: at,
-      });
-      await setSessionTags(tx, forkId, JSON.parse(fresh.tags) as string[]);
-      await insertBlocks(tx, copy.copies);
+      await insertNewSession(
+        tx,
+        {
+          id: forkId,
+          name: body.name,
+          defaultAgent: fresh.default_agent,
+          tags: JSON.parse(fresh.tags) as string[],
+          forkedFrom: fresh.id,
+          tokenizer: fresh.tokenizer,
+          at,
+        },
+        copy,
+      );
       await recordActivity(tx, {
         resourceType: 'context_session',
         resourceId: forkId,
