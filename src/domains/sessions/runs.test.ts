@@ -262,10 +262,7 @@ describe('runs on a context session', () => {
       expect((await c.call(admin, 'POST', `/v1/aip/sessions/${s.id}/blocks`, { content: 'after' })).statusCode).toBe(201);
     });
 
-    // KNOWN BUG (it.fails until fixed): a session with no room for the answer (HANGAR_SESSIONS_MAX_BLOCKS) makes
-    // runs.ts finish() throw quota_exceeded inside its transaction, so the invocation is not counted and no
-    // session.invoked activity is recorded either (only a server log line). Make this `it` once fixed.
-    it.fails('a run whose session is full (HANGAR_SESSIONS_MAX_BLOCKS) completes, and its invocation is counted', async () => {
+    it('a run whose session is full (HANGAR_SESSIONS_MAX_BLOCKS) completes, and its invocation is counted with a warning', async () => {
       const s = await c.session(admin, { name: 'full' });
       await c.addBlocks(
         admin,
@@ -276,6 +273,14 @@ describe('runs on a context session', () => {
       const r = await c.ran(admin, { agent: 'plain', prompt: 'Hi', sessionId: s.id });
       expect(r).toMatchObject({ status: 'completed', result: 'No room for me.' });
       expect((await c.get(admin, s.id)).metrics).toMatchObject({ blockCount: MAX_BLOCKS, invocationCount: 1 });
+      const ev = await expectActivity(h, admin, {
+        eventType: 'session.invoked',
+        resourceType: 'context_session',
+        resourceId: s.id,
+        metadata: { notKept: 1 },
+      });
+      expect(ev.severity).toBe('warning');
+      expect(ev.summary).toContain('HANGAR_SESSIONS_MAX_BLOCKS');
     });
   });
 

@@ -126,7 +126,16 @@ export async function openSessionForRun(ctx: Ctx, sessionId: string, opts: RunSe
           platformSource: { ...source, role: 'assistant' },
         });
       await withTx(ctx, async (tx) => {
-        const added = blocks.length ? await appendBlocks(tx, sessionId, blocks, session.tokenizer) : [];
+        // A full session (HANGAR_SESSIONS_MAX_BLOCKS) refuses before writing anything: the run still counts, and the
+        // activity says what was not kept.
+        let notKept: string | null = null;
+        const added = blocks.length
+          ? await appendBlocks(tx, sessionId, blocks, session.tokenizer).catch((err: unknown) => {
+              if (!(err instanceof AppError && err.code === 'quota_exceeded')) throw err;
+              notKept = err.message;
+              return [];
+            })
+          : [];
         await bumpSession(tx, sessionId, { invocations: 1, at: nowIso() });
         await recordActivity(tx, {
           resourceType: 'context_session',
@@ -135,8 +144,16 @@ export async function openSessionForRun(ctx: Ctx, sessionId: string, opts: RunSe
           threadId: out.threadId,
           eventType: 'session.invoked',
           status: 'completed',
+          severity: notKept ? 'warning' : 'info',
           title: `Run ${opts.runId} used session ${session.name}`,
-          metadata: { runStatus: out.status, blocksAdded: added.length, blockIds: added.map((b) => b.id), compacted: compaction !== null },
+          summary: notKept ? `The run's ${blocks.length} block(s) were not added: ${notKept}` : undefined,
+          metadata: {
+            runStatus: out.status,
+            blocksAdded: added.length,
+            blockIds: added.map((b) => b.id),
+            compacted: compaction !== null,
+            ...(notKept ? { notKept: blocks.length } : {}),
+          },
         });
       });
     } finally {
