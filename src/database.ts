@@ -883,6 +883,35 @@ export interface ContextBlocksTable {
   updated_at: string;
 }
 
+export interface JobsTable {
+  id: string;
+  queue: string;
+  key: string | null;
+  /** JSON. */
+  data: string;
+  /** created | retry | active | completed | failed | cancelled */
+  state: string;
+  attempts: number;
+  retry_limit: number;
+  run_after: string;
+  expires_at: string | null;
+  last_error: string | null;
+  created_at: string;
+  finished_at: string | null;
+}
+
+export interface JobSchedulesTable {
+  name: string;
+  cron: string;
+  tz: string;
+  queue: string;
+  /** JSON. */
+  data: string;
+  last_tick: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface ChannelLinksTable {
   id: string;
   org_id: string;
@@ -919,6 +948,8 @@ export interface Database {
   context_sessions: ContextSessionsTable;
   context_session_tags: ContextSessionTagsTable;
   context_blocks: ContextBlocksTable;
+  jobs: JobsTable;
+  job_schedules: JobSchedulesTable;
   runmesh_links: RunmeshLinksTable;
   runmesh_nodes: RunmeshNodesTable;
   runmesh_settings: RunmeshSettingsTable;

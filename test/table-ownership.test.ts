@@ -54,6 +54,8 @@ const OWNER: Record<string, string> = {
   context_sessions: 'sessions',
   context_session_tags: 'sessions',
   context_blocks: 'sessions',
+  jobs: 'platform',
+  job_schedules: 'platform',
   tool_installs: 'tools',
   tool_credentials: 'tools',
   custom_tools: 'tools',
