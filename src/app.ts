@@ -55,6 +55,7 @@ import { nodeListening, startNodeHeartbeat } from './platform/nodes/index.js';
 import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
 import { RuntimeState } from './platform/state.js';
+import { createJobEngine } from './platform/job-engine/index.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
 
@@ -151,6 +152,7 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     installId,
     live: new LiveCredentials(bus, logger),
     state: new RuntimeState(),
+    jobs: createJobEngine(config, db.kysely, logger),
   };
 }
 
@@ -210,6 +212,9 @@ export async function buildApp(deps: Deps): Promise<App> {
     for (const service of deps.config.services) {
       for (const start of SERVICE_JOBS[service]) started.push(await start(deps));
     }
+    // The job engine last, once every domain has declared its queues; stopped first (reverse order).
+    await deps.jobs.start();
+    started.push({ stop: () => deps.jobs.stop() });
   } catch (err) {
     await app.close(); // stops the jobs already started
     throw err;

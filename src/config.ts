@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { isIPv4, isIPv6 } from 'node:net';
+import { isIP, isIPv4, isIPv6 } from 'node:net';
 import { availableParallelism, hostname, totalmem } from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -167,6 +167,17 @@ const EnvSchema = z.object({
   HANGAR_SESSIONS_LOCK_WAIT_MS: intFrom(0, 600_000).default(30_000),
   HANGAR_SESSIONS_SUMMARY_TIMEOUT_MS: intFrom(1000, 600_000).default(60_000),
   HANGAR_SESSIONS_RUN_COMPACT_PCT: intFrom(10, 95).default(50),
+  HANGAR_DEPLOYMENTS_MAX_QUEUED: intFrom(0, 100_000).default(100),
+  HANGAR_WEBHOOKS_ALLOW_PRIVATE_NETWORKS: z.enum(['0', '1', 'true', 'false']).default('false'),
+  HANGAR_WEBHOOKS_TIMEOUT_MS: intFrom(100, 120_000).default(10_000),
+  HANGAR_WEBHOOKS_RETRY_SCHEDULE: z
+    .string()
+    .default('5s,5m,30m,2h,5h,10h')
+    .refine((v) => v.split(',').every((d) => /^\d+(ms|s|m|h)$/.test(d.trim())), 'a comma-separated list of durations such as 5s,5m,2h'),
+  HANGAR_WEBHOOKS_SECRET_OVERLAP_SECONDS: intFrom(0, 30 * 86_400).default(86_400),
+  HANGAR_TRIGGERS_TRUSTED_PROXIES: z.string().default(''),
+  HANGAR_TRIGGERS_MAX_BODY_BYTES: intFrom(1024, 64 * 1024 * 1024).default(1024 * 1024),
+  HANGAR_TRIGGERS_TOLERANCE_SECONDS: intFrom(1, 3600).default(300),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
@@ -202,6 +213,27 @@ export type Config = Readonly<{
   runmesh: RunmeshConfig;
   channels: ChannelsConfig;
   sessions: SessionsConfig;
+  deployments: DeploymentsConfig;
+}>;
+
+/** Deployments, their outbound webhooks and agent triggers (ADR 0033). */
+export type DeploymentsConfig = Readonly<{
+  /** Invocations of one deployment waiting for a free slot before another answers 429. */
+  maxQueued: number;
+  /** Outbound webhooks may reach loopback and private addresses (tests; an operator's internal receivers). */
+  webhooksAllowPrivateNetworks: boolean;
+  /** Each webhook delivery attempt. */
+  webhookTimeoutMs: number;
+  /** Delays before each retry of a failed delivery (the receiver's Retry-After wins when longer). */
+  webhookRetryScheduleMs: readonly number[];
+  /** After a secret rotation, deliveries are signed with the previous secret too for this long. */
+  secretOverlapSeconds: number;
+  /** Proxies (IPs and CIDRs) whose X-Forwarded-For is believed for trigger IP allowlists. */
+  trustedProxies: readonly string[];
+  /** The largest trigger invoke body (413 beyond). */
+  triggerMaxBodyBytes: number;
+  /** The optional timestamped signature scheme of triggers accepts timestamps this far from now. */
+  triggerToleranceSeconds: number;
 }>;
 
 /** Context sessions (ADR 0031). */
@@ -472,6 +504,29 @@ export function parseServices(value: string | undefined): ServiceName[] {
   return [...new Set(names)] as ServiceName[];
 }
 
+/** `5s`, `250ms`, `5m`, `2h` in milliseconds. */
+function durationMs(d: string): number {
+  const m = /^(\d+)(ms|s|m|h)$/.exec(d);
+  if (!m) throw new ConfigError('HANGAR_WEBHOOKS_RETRY_SCHEDULE', `"${d}" is not a duration such as 5s, 5m or 2h`);
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as 'ms' | 's' | 'm' | 'h'];
+}
+
+/** HANGAR_TRIGGERS_TRUSTED_PROXIES: IPs and CIDRs, comma-separated. */
+function trustedProxies(v: string): string[] {
+  const list = v
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+  for (const p of list) {
+    const [addr, bits] = p.split('/');
+    const family = isIP(addr ?? '');
+    const max = family === 4 ? 32 : 128;
+    if (!family || (bits !== undefined && !(/^\d+$/.test(bits) && Number(bits) <= max)))
+      throw new ConfigError('HANGAR_TRIGGERS_TRUSTED_PROXIES', `"${p}" is not an IP address or CIDR range`);
+  }
+  return list;
+}
+
 function parseDatabaseUrl(url: string | undefined, dataDir: string): Config['database'] {
   if (!url) return { kind: 'sqlite', file: path.join(dataDir, 'hangar.db') };
   if (url.startsWith('sqlite:')) {
@@ -736,6 +791,16 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
       linkTtlSeconds: e.HANGAR_CHANNELS_LINK_TTL_SECONDS,
       maxAttempts: e.HANGAR_CHANNELS_MAX_ATTEMPTS,
       retryBaseMs: e.HANGAR_CHANNELS_RETRY_BASE_MS,
+    }),
+    deployments: Object.freeze({
+      maxQueued: e.HANGAR_DEPLOYMENTS_MAX_QUEUED,
+      webhooksAllowPrivateNetworks: e.HANGAR_WEBHOOKS_ALLOW_PRIVATE_NETWORKS === '1' || e.HANGAR_WEBHOOKS_ALLOW_PRIVATE_NETWORKS === 'true',
+      webhookTimeoutMs: e.HANGAR_WEBHOOKS_TIMEOUT_MS,
+      webhookRetryScheduleMs: Object.freeze(e.HANGAR_WEBHOOKS_RETRY_SCHEDULE.split(',').map((d) => durationMs(d.trim()))),
+      secretOverlapSeconds: e.HANGAR_WEBHOOKS_SECRET_OVERLAP_SECONDS,
+      trustedProxies: Object.freeze(trustedProxies(e.HANGAR_TRIGGERS_TRUSTED_PROXIES)),
+      triggerMaxBodyBytes: e.HANGAR_TRIGGERS_MAX_BODY_BYTES,
+      triggerToleranceSeconds: e.HANGAR_TRIGGERS_TOLERANCE_SECONDS,
     }),
     sessions: Object.freeze({
       defaultMaxTokens: e.HANGAR_SESSIONS_DEFAULT_MAX_TOKENS,

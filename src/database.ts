@@ -912,6 +912,102 @@ export interface JobSchedulesTable {
   updated_at: string;
 }
 
+export interface DeploymentsTable {
+  id: string;
+  org_id: string;
+  created_by_user_id: string;
+  api_slug: string;
+  /** The agent it runs (the spec's runtimeSlug). */
+  agent_slug: string;
+  template_slug: string | null;
+  webhook_url: string | null;
+  /** JSON array of event types. */
+  webhook_events: string;
+  webhook_secret_ciphertext: string;
+  webhook_previous_secret_ciphertext: string | null;
+  webhook_previous_until: string | null;
+  webhook_disabled_at: string | null;
+  webhook_disabled_reason: string | null;
+  max_concurrent: number;
+  timeout_seconds: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface DeploymentInvocationsTable {
+  id: string;
+  org_id: string;
+  deployment_id: string;
+  created_by_user_id: string;
+  /** api | trigger */
+  source: string;
+  trigger_id: string | null;
+  input: string;
+  /** queued | running | completed | failed | cancelled | timed_out */
+  status: string;
+  run_id: string | null;
+  thread_id: string | null;
+  error: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+export interface WebhookDeliveriesTable {
+  id: string;
+  org_id: string;
+  deployment_id: string;
+  event_type: string;
+  /** JSON: the body sent. */
+  payload: string;
+  /** pending | delivered | failed | disabled */
+  status: string;
+  attempts: number;
+  next_attempt_at: string | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: string;
+  delivered_at: string | null;
+}
+
+export interface WebhookDeliveryAttemptsTable {
+  id: string;
+  org_id: string;
+  delivery_id: string;
+  attempt: number;
+  status_code: number | null;
+  error: string | null;
+  duration_ms: number;
+  at: string;
+}
+
+export interface TriggersTable {
+  id: string;
+  org_id: string;
+  created_by_user_id: string;
+  deployment_id: string;
+  /** webhook | code_host | payment_provider | chat_workspace */
+  source: string;
+  /** JSON array of strings. */
+  events: string;
+  message: string;
+  /** JSON array of IPs and CIDRs. */
+  allowed_ips: string;
+  repo: string | null;
+  secret_ciphertext: string | null;
+  /** active | paused */
+  status: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface TriggerDeliveriesTable {
+  trigger_id: string;
+  delivery_id: string;
+  org_id: string;
+  received_at: string;
+}
+
 export interface ChannelLinksTable {
   id: string;
   org_id: string;
@@ -950,6 +1046,12 @@ export interface Database {
   context_blocks: ContextBlocksTable;
   jobs: JobsTable;
   job_schedules: JobSchedulesTable;
+  deployments: DeploymentsTable;
+  deployment_invocations: DeploymentInvocationsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
+  webhook_delivery_attempts: WebhookDeliveryAttemptsTable;
+  triggers: TriggersTable;
+  trigger_deliveries: TriggerDeliveriesTable;
   runmesh_links: RunmeshLinksTable;
   runmesh_nodes: RunmeshNodesTable;
   runmesh_settings: RunmeshSettingsTable;

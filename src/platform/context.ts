@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
+import type { JobEngine } from './job-engine/index.js';
 import type { Database } from '../database.js';
 import type { BlobStore } from './blobs/index.js';
 import type { Bus } from './bus/index.js';
@@ -29,6 +30,8 @@ export interface Deps {
   live: LiveCredentials;
   /** This app's runtime state (queues, running work, registries), one slot per domain: never a module global. */
   state: RuntimeState;
+  /** The durable job engine (ADR 0032): domains declare their queues from their start jobs; app.ts starts it after them. */
+  jobs: JobEngine;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */

@@ -43,6 +43,11 @@ export const SCOPES = {
   'apps:write': 'Manage product apps, channel bindings, link sessions and channel identity links',
   'sessions:read': 'Read your context sessions and their blocks',
   'sessions:write': 'Create, fork, compact and delete your context sessions and change their blocks',
+  'deployments:read': 'Read deployments, their invocations and webhook deliveries',
+  'deployments:write': 'Create, change and delete deployments; rotate their webhook secrets; redeliver webhooks',
+  'deployments:invoke': 'Invoke deployments (POST /v1/deployments/{id}/invoke)',
+  'triggers:read': 'Read agent triggers',
+  'triggers:write': 'Create, change, pause, resume and delete agent triggers',
 } as const;
 
 /**

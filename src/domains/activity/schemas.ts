@@ -21,6 +21,8 @@ export const RESOURCE_TYPES = [
   'product_app',
   'agent_channel',
   'context_session',
+  'deployment',
+  'trigger',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

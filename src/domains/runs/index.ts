@@ -12,3 +12,4 @@ export {
   type LocalRunRef,
 } from './device.js';
 export { cancelRun, endLocalRun, getRun, startRun } from './service.js';
+export { CancelledError } from './io.js';

@@ -1,9 +1,10 @@
 /** What startRun, its turn loop and its tool step share: how a run writes frames and how it is cancelled. */
 import type { DurableFrame, DurableInput, TransientFrame, TransientOrigin } from '../threads/index.js';
 
+/** Why a run stopped early; a caller that aborts a run with one (e.g. a deployment's timeout) gives its reason. */
 export class CancelledError extends Error {
-  constructor() {
-    super('the run was cancelled');
+  constructor(message = 'the run was cancelled') {
+    super(message);
     this.name = 'CancelledError';
   }
 }

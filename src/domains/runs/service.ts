@@ -123,7 +123,7 @@ function userText(body: RunBody): string {
 }
 
 /** The thread's sandbox for in_sandbox runs: made from the agent's template on first use, resumed when paused or stopped. */
-async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promise<string> {
+async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow, template?: string): Promise<string> {
   const link = await exec(ctx).selectFrom('thread_sandboxes').select('sandbox_id').where('thread_id', '=', threadId).executeTakeFirst();
   if (link) {
     const sbx = await getSandbox(ctx, link.sandbox_id).catch(() => null);
@@ -131,7 +131,7 @@ async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promi
     if (sbx && (sbx.state === 'paused' || sbx.state === 'stopped')) return (await resumeSandbox(ctx, sbx.id)).id;
   }
   const sbx = await createSandbox(ctx, {
-    template: agent.sandbox_template ?? 'base-ubuntu',
+    template: template ?? agent.sandbox_template ?? 'base-ubuntu',
     name: `thread-${threadId.slice(-8).toLowerCase()}`,
     metadata: { threadId, agent: agent.slug },
     network: true,
@@ -160,7 +160,16 @@ async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow): Promi
  * device mesh (status `registered`). Every frame goes into the thread through the same paths as any writer
  * (durable ones through appendDurable, live ones on the bus) and, for a streaming caller, to `emit`.
  */
-export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame: RunFrame) => void; signal: AbortSignal }): Promise<RunResult> {
+export async function startRun(
+  caller: Ctx,
+  body: RunBody,
+  opts: {
+    emit?: (frame: RunFrame) => void;
+    signal: AbortSignal;
+    /** An in_sandbox run's thread sandbox is made from this template rather than the agent's (a deployment's). */
+    sandboxTemplate?: string;
+  },
+): Promise<RunResult> {
   requireScope(caller, 'agent:run');
   // The run acts on its thread's sandbox (created, resumed, used by its tools) as the thread's owner.
   const ctx = threadSandboxCtx(caller);
@@ -188,7 +197,19 @@ export async function startRun(caller: Ctx, body: RunBody, opts: { emit?: (frame
       })
     : null;
   try {
-    return await runOn(ctx, body, { agent, text, tools, mode, cfg, model, runId, session, emit: opts.emit, signal: opts.signal });
+    return await runOn(ctx, body, {
+      agent,
+      text,
+      tools,
+      mode,
+      cfg,
+      model,
+      runId,
+      session,
+      emit: opts.emit,
+      signal: opts.signal,
+      sandboxTemplate: opts.sandboxTemplate,
+    });
   } finally {
     await session?.release().catch(() => undefined);
   }
@@ -209,6 +230,7 @@ async function runOn(
     session: RunSession | null;
     emit?: (frame: RunFrame) => void;
     signal: AbortSignal;
+    sandboxTemplate?: string;
   },
 ): Promise<RunResult> {
   const { deps } = ctx;
@@ -259,7 +281,8 @@ async function runOn(
     finished_at: null,
   };
   const controller = new AbortController();
-  const onAbort = () => controller.abort(new CancelledError());
+  // A caller that aborts with its own CancelledError (a deployment's timeout) gives the run's error its reason.
+  const onAbort = () => controller.abort(opts.signal.reason instanceof CancelledError ? opts.signal.reason : new CancelledError());
   opts.signal.addEventListener('abort', onAbort);
   const { active } = deps.state.get(RUN_STATE);
   // A device run is not held by this process: its device's connection keeps its thread lock fresh.
@@ -302,7 +325,7 @@ async function runOn(
         metadata: { executionMode: mode, model: agent.model },
       });
     });
-    if (mode === 'in_sandbox') row.sandbox_id = await threadSandbox(ctx, threadId, agent);
+    if (mode === 'in_sandbox') row.sandbox_id = await threadSandbox(ctx, threadId, agent, r.sandboxTemplate);
     publishLive = await transientPublisher(ctx, threadId, row.rollout_id ?? '');
     await durable([
       {
@@ -355,7 +378,12 @@ async function runOn(
     const cancelled = err instanceof CancelledError || controller.signal.aborted;
     // A failure inside the model stream (the SDK's own error) is the provider's, named as such.
     const failure = cancelled ? null : err instanceof AppError ? err : model ? providerError(err, model.entry.id) : null;
-    const message = cancelled ? 'the run was cancelled' : (failure?.message ?? (err as Error).message);
+    const reason = controller.signal.reason;
+    const message = cancelled
+      ? reason instanceof CancelledError
+        ? reason.message
+        : 'the run was cancelled'
+      : (failure?.message ?? (err as Error).message);
     if (!cancelled && !failure) deps.log.error({ err, runId }, 'run failed');
     const result = await finish(ctx, row, agent, { status: cancelled ? 'cancelled' : 'failed', result: null, error: message, usage }, durable).catch(
       () => null,

@@ -17,6 +17,7 @@ export const ERROR_STATUS = {
   payments_not_configured: 409,
   phone_number_in_use: 409,
   session_busy: 409,
+  replayed: 409,
   link_expired: 410,
   payload_too_large: 413,
   quota_exceeded: 413,

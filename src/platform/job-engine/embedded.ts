@@ -100,6 +100,7 @@ export function embeddedEngine(
     return db
       .updateTable('jobs')
       .set({ state: 'active', attempts: sql`attempts + 1`, expires_at: iso(now + w.opts.timeoutMs) })
+      .where('state', 'in', ['created', 'retry'])
       .where(
         'id',
         'in',
