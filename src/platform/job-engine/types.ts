@@ -67,7 +67,12 @@ export interface JobEngine {
   readonly kind: 'embedded' | 'pg-boss';
   /** This process works `queue` with `handler`; call before start() or after. */
   work<T>(queue: string, handler: JobHandler<T>, opts?: QueueOptions): Promise<void>;
-  /** Queues a job (durably, before answering); null when its `key` already has one. */
+  /**
+   * Queues a job (durably, before answering); null when its `key` already has one. Call it after the transaction
+   * that made the job's work necessary has committed, never inside it (on SQLite the engine writes on the same
+   * connection, which the open transaction holds); a start-up job re-sends what a crash between the two lost,
+   * and the key makes that harmless.
+   */
   send<T>(queue: string, data: T, opts?: SendOptions): Promise<string | null>;
   /**
    * Creates or replaces the schedule `name`. Each tick sends one job, once across replicas. A tick missed while
