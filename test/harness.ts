@@ -57,6 +57,8 @@ export async function createHarness(env: Record<string, string | undefined> = {}
     const client = new pg.Client({ connectionString: testDatabaseUrl });
     await client.connect();
     await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    // The job engine's pg-boss schema beside it (created when the app first queued a job).
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}_pgboss" CASCADE`);
     await client.end();
   };
   let deps: Deps;
