@@ -25,7 +25,7 @@ import { base62 } from '../ids.js';
 import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
 import { driverErrorToAppError } from '../db/errors.js';
-import { jsonDepth, MAX_BODY_DEPTH } from './json-depth.js';
+import { bodyDepthProblem } from './json-depth.js';
 import { plannedFeature } from './planned.js';
 
 declare module 'fastify' {
@@ -204,16 +204,8 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
   // Any JSON body nested absurdly deep is refused before validation: fields typed "any JSON" would otherwise be
   // stored as given and overflow the stack when serialised later (a 500). Names the top-level field it is under.
   app.addHook('preValidation', async (req) => {
-    const body = req.body;
-    if (body === null || typeof body !== 'object') return;
-    const entries: Array<[string, unknown]> = Array.isArray(body) ? body.map((v, i) => [String(i), v]) : Object.entries(body);
-    for (const [key, value] of entries) {
-      if (jsonDepth(value, MAX_BODY_DEPTH - 1) > MAX_BODY_DEPTH - 1) {
-        const path = `body.${key}`;
-        const message = `is nested more than ${MAX_BODY_DEPTH} levels deep`;
-        throw new AppError('invalid_request', `${path}: ${message}`, { issues: [{ path, message }] });
-      }
-    }
+    const problem = bodyDepthProblem(req.body);
+    if (problem) throw new AppError('invalid_request', `${problem.path}: ${problem.message}`, { issues: [problem] });
   });
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
