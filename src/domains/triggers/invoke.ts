@@ -66,7 +66,12 @@ function blockListOf(entries: readonly string[]): BlockList {
 
 const inList = (list: BlockList, ip: string): boolean => {
   const family = isIP(ip);
-  return family !== 0 && list.check(ip, family === 4 ? 'ipv4' : 'ipv6');
+  if (!family) return false;
+  try {
+    return list.check(ip, family === 4 ? 'ipv4' : 'ipv6');
+  } catch {
+    return false; // an address BlockList cannot read (a zone id) is in no list
+  }
 };
 
 /**

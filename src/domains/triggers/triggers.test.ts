@@ -1,4 +1,5 @@
 import { createHmac } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectActivity } from '../../../test/activity.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
@@ -545,6 +546,14 @@ describe('agent triggers with a small body limit', () => {
     });
     expectError(res, 413, 'payload_too_large');
     await expectActivity(h, admin, { eventType: 'trigger.rejected', resourceType: 'trigger', resourceId: t.id, metadata: { reason: 'too_large' } });
+    // Sent without a Content-Length, the body is cut off once it passes the limit.
+    const chunked = await h.app.inject({
+      method: 'POST',
+      url: `/v1/triggers/${t.id}/invoke`,
+      payload: Readable.from([Buffer.from(over.slice(0, 1500)), Buffer.from(over.slice(1500))]),
+      headers: { 'content-type': 'application/json', 'x-webhook-signature': hex(t.secret, over) },
+    });
+    expectError(chunked, 413, 'payload_too_large');
   });
 });
 
