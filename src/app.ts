@@ -42,6 +42,7 @@ import { registerStorageActivity, storageRoutes } from './domains/storage/index.
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerDeviceFrames, registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { startToolJobs, toolRoutes } from './domains/tools/index.js';
+import { registerTriggerActivity, triggerRoutes } from './domains/triggers/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -76,6 +77,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     channelRoutes,
     productRoutes,
     sessionRoutes,
+    triggerRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -199,6 +201,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerChannelActivity(registry);
   registerProductActivity(registry);
   registerSessionActivity(registry);
+  registerTriggerActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

@@ -6,7 +6,6 @@
 export const PLANNED: readonly { prefix: string; feature: string }[] = [
   { prefix: '/v1/deployments', feature: 'deployments' },
   { prefix: '/v1/workflows', feature: 'workflow triggers' },
-  { prefix: '/v1/triggers', feature: 'webhook triggers' },
 ];
 
 export function plannedFeature(path: string): string | undefined {
