@@ -42,7 +42,7 @@ import { registerStorageActivity, storageRoutes } from './domains/storage/index.
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerDeviceFrames, registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { startToolJobs, toolRoutes } from './domains/tools/index.js';
-import { registerTriggerActivity, triggerRoutes } from './domains/triggers/index.js';
+import { registerTriggerActivity, startTriggerJobs, triggerRoutes } from './domains/triggers/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -102,6 +102,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startRunJobs,
     startRunmeshJobs,
     startChannelJobs,
+    startTriggerJobs,
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
