@@ -28,6 +28,7 @@ import {
 } from './domains/channels/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import { registerSessionActivity, sessionRoutes } from './domains/sessions/index.js';
+import { deploymentRoutes, registerDeploymentActivity, startDeploymentJobs } from './domains/deployments/index.js';
 import {
   nodeLoad,
   pauseRunningForBilling,
@@ -76,6 +77,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     channelRoutes,
     productRoutes,
     sessionRoutes,
+    deploymentRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -100,6 +102,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startRunJobs,
     startRunmeshJobs,
     startChannelJobs,
+    startDeploymentJobs,
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
@@ -199,6 +202,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerChannelActivity(registry);
   registerProductActivity(registry);
   registerSessionActivity(registry);
+  registerDeploymentActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

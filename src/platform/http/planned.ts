@@ -4,7 +4,6 @@
  * tell "not built" from "wrong URL". Remove an entry when its routes land.
  */
 export const PLANNED: readonly { prefix: string; feature: string }[] = [
-  { prefix: '/v1/deployments', feature: 'deployments' },
   { prefix: '/v1/workflows', feature: 'workflow triggers' },
   { prefix: '/v1/triggers', feature: 'webhook triggers' },
 ];

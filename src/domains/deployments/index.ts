@@ -1,0 +1,2 @@
+export { deploymentRoutes, registerDeploymentActivity } from './routes.js';
+export { startDeploymentJobs } from './jobs.js';
