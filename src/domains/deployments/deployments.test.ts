@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectActivity } from '../../../test/activity.js';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { WebhookReceiver } from '../../../test/fakes/webhook-receiver.js';
-import { createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
+import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { expectError, until } from '../../../test/helpers.js';
 import { securitySuite } from '../../../test/security.js';
 
@@ -320,6 +320,22 @@ describe('deployments', () => {
     const d = await c.settled(admin, dep.id, deliveryId);
     expect(d).toMatchObject({ status: 'delivered', attempts: 2 });
     expect(d.attemptLog).toHaveLength(2);
+  });
+
+  it('fails, saying why, an invocation whose invoker left the organization before it ran', async () => {
+    const dep = await c.deploy(admin, { runtimeSlug: 'helper', apiSlug: 'leaver', maxConcurrent: 1 });
+    const member = await addOrgMember(h, admin);
+    fake.script({ text: ['busy'], delayMs: 1000 });
+    const first = await c.invoke(admin, dep.id, { input: 'hold the slot' });
+    await until('the first running', async () => (await c.invocation(admin, dep.id, first.id)).status === 'running');
+    const theirs = await c.invoke(member, dep.id, { input: 'mine' });
+    expect(theirs.status).toBe('queued');
+    expect((await c.call(admin, 'DELETE', `/v1/organizations/${admin.orgId}/members/${member.userId}`)).statusCode).toBe(204);
+    const done = await c.ended(admin, dep.id, theirs.id);
+    expect(done.status).toBe('failed');
+    expect(done.error).toContain('no longer a member');
+    expect(done.runId).toBeNull();
+    expect((await c.ended(admin, dep.id, first.id)).status).toBe('completed');
   });
 
   it('answers 404 for another organization’s deployment, invocation and delivery, and not for the owner', async () => {
