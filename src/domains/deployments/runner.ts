@@ -88,7 +88,8 @@ async function finish(ctx: Ctx, dep: DeploymentRow, inv: InvocationRow, o: RunOu
       finished_at: nowIso(),
     });
     if (!moved) return null;
-    const current = (await repo.lockDeployment(tx, dep.id)) ?? dep;
+    // The webhook as it is now (a 410 or a PATCH since the invocation started counts).
+    const current = (await repo.findDeployment(tx, dep.id)) ?? dep;
     await recordActivity(tx, {
       resourceType: 'deployment',
       resourceId: dep.id,
