@@ -28,6 +28,7 @@ import {
 } from './domains/channels/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import { registerSessionActivity, sessionRoutes } from './domains/sessions/index.js';
+import { deploymentRoutes, registerDeploymentActivity, startDeploymentJobs, triggerInvoker } from './domains/deployments/index.js';
 import {
   nodeLoad,
   pauseRunningForBilling,
@@ -42,7 +43,7 @@ import { registerStorageActivity, storageRoutes } from './domains/storage/index.
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerDeviceFrames, registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { startToolJobs, toolRoutes } from './domains/tools/index.js';
-import { registerTriggerActivity, startTriggerJobs, triggerRoutes } from './domains/triggers/index.js';
+import { registerDeploymentInvoker, registerTriggerActivity, startTriggerJobs, triggerRoutes } from './domains/triggers/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -78,6 +79,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     productRoutes,
     sessionRoutes,
     triggerRoutes,
+    deploymentRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -103,6 +105,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startRunmeshJobs,
     startChannelJobs,
     startTriggerJobs,
+    startDeploymentJobs,
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
@@ -188,6 +191,8 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerDeviceFrames(deps, deviceFrame);
   // A product end user (channels) finishes their own OAuth flows: oauth cannot import channels, which uses it.
   registerFlowOwners(deps, endUserFlowOwner);
+  // Triggers fire deployments (triggers cannot import deployments, which owns the invocations).
+  registerDeploymentInvoker(deps, triggerInvoker);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());
@@ -203,6 +208,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerProductActivity(registry);
   registerSessionActivity(registry);
   registerTriggerActivity(registry);
+  registerDeploymentActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

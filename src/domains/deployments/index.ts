@@ -1,0 +1,3 @@
+export { deploymentRoutes, registerDeploymentActivity } from './routes.js';
+export { startDeploymentJobs } from './jobs.js';
+export { triggerInvoker } from './service.js';
