@@ -109,5 +109,6 @@ describe('hangar CLI', () => {
     } finally {
       billingOnly.kill('SIGTERM');
     }
-  });
+    // Five CLI processes and two servers start one after another: on a busy two-core machine that is over 30 s.
+  }, 120_000);
 });
