@@ -36,6 +36,15 @@ import { addBlocks, listBlocks } from '../src/domains/sessions/blocks.js';
 import { compactSession } from '../src/domains/sessions/compact.js';
 import { openSessionForRun } from '../src/domains/sessions/runs.js';
 import { createSession, deleteSession, forkSession, getSession, listSessions } from '../src/domains/sessions/service.js';
+import {
+  createDeployment,
+  deleteDeployment,
+  invokeDeployment,
+  listDeployments,
+  redeliver,
+  triggerInvoker,
+} from '../src/domains/deployments/service.js';
+import { createTrigger, deleteTrigger, listTriggers, pauseTrigger } from '../src/domains/triggers/service.js';
 import { systemCtx, type Ctx } from '../src/platform/context.js';
 import { AppError } from '../src/platform/http/errors.js';
 import { ROLE_SCOPES, type Scope } from '../src/platform/scopes.js';
@@ -126,6 +135,22 @@ describe('verbs check their scope, whoever calls them', () => {
       openSessionForRun(ctx, 'sess_nope', { runId: 'r', modelWindow: null, onOverflow: 'fail', includeToolResults: false }),
     );
     const res = await h.app.inject({ method: 'GET', url: '/v1/aip/sessions', headers: member.headers });
+    expect(res.statusCode).toBe(200);
+  });
+
+  it('deployments and triggers', async () => {
+    await expectForbidden('deployments:write', (ctx) => createDeployment(ctx, { runtimeSlug: 'x', apiSlug: 'xx' } as never));
+    await expectForbidden('deployments:read', (ctx) => listDeployments(ctx));
+    await expectForbidden('deployments:write', (ctx) => deleteDeployment(ctx, 'dep_nope'));
+    await expectForbidden('deployments:invoke', (ctx) => invokeDeployment(ctx, 'dep_nope', { input: 'x', wait: false }));
+    await expectForbidden('deployments:write', (ctx) => redeliver(ctx, 'dep_nope', 'msg_nope'));
+    await expectForbidden('deployments:invoke', (ctx) => triggerInvoker.invoke(ctx, 'dep_nope', { input: 'x', triggerId: 'trg_nope' }));
+    await expectForbidden(['triggers:read', 'triggers:write'], (ctx) => triggerInvoker.find(ctx, 'dep_nope'));
+    await expectForbidden('triggers:write', (ctx) => createTrigger(ctx, { deployment: 'x' } as never));
+    await expectForbidden('triggers:read', (ctx) => listTriggers(ctx, {} as never));
+    await expectForbidden('triggers:write', (ctx) => pauseTrigger(ctx, 'trg_nope'));
+    await expectForbidden('triggers:write', (ctx) => deleteTrigger(ctx, 'trg_nope'));
+    const res = await h.app.inject({ method: 'GET', url: '/v1/deployments', headers: member.headers });
     expect(res.statusCode).toBe(200);
   });
 
