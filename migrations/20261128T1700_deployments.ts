@@ -40,6 +40,8 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('org_id', 'text', (c) => c.notNull())
     .addColumn('deployment_id', 'text', (c) => c.notNull().references('deployments.id').onDelete('cascade'))
     .addColumn('created_by_user_id', 'text', (c) => c.notNull())
+    // The invoking credential's scopes (JSON): the run gets no more than these and the member's role grants then.
+    .addColumn('scopes', 'text', (c) => c.notNull())
     .addColumn('source', 'text', (c) => c.notNull())
     .addColumn('trigger_id', 'text')
     .addColumn('input', 'text', (c) => c.notNull())
@@ -89,6 +91,8 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('org_id', 'text', (c) => c.notNull().references('organizations.id').onDelete('cascade'))
     .addColumn('created_by_user_id', 'text', (c) => c.notNull())
     .addColumn('deployment_id', 'text', (c) => c.notNull().references('deployments.id').onDelete('cascade'))
+    // The creating credential's scopes (JSON): a firing acts with no more than these and the creator's role.
+    .addColumn('scopes', 'text', (c) => c.notNull())
     .addColumn('source', 'text', (c) => c.notNull())
     .addColumn('events', 'text', (c) => c.notNull())
     .addColumn('message', 'text', (c) => c.notNull())

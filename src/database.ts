@@ -939,6 +939,8 @@ export interface DeploymentInvocationsTable {
   org_id: string;
   deployment_id: string;
   created_by_user_id: string;
+  /** JSON array: the invoking credential's scopes. */
+  scopes: string;
   /** api | trigger */
   source: string;
   trigger_id: string | null;
@@ -986,6 +988,8 @@ export interface TriggersTable {
   org_id: string;
   created_by_user_id: string;
   deployment_id: string;
+  /** JSON array: the creating credential's scopes. */
+  scopes: string;
   /** webhook | code_host | payment_provider | chat_workspace */
   source: string;
   /** JSON array of strings. */

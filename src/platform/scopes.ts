@@ -89,3 +89,12 @@ export function expandScopes(patterns: readonly string[]): Set<Scope> {
   }
   return out;
 }
+
+/**
+ * What work done later for a member (a queued invocation, a trigger firing) may do: the scopes the credential
+ * that asked for it held, within what the member's role grants now (a demotion or a narrower key both narrow it).
+ */
+export function scopesNow(role: Role, granted: readonly string[]): Set<Scope> {
+  const roleScopes = ROLE_SCOPES[role];
+  return new Set(granted.filter((s): s is Scope => roleScopes.has(s as Scope)));
+}

@@ -1,7 +1,8 @@
 import type { Deps } from '../../platform/context.js';
 import { nothingToStop, type Stoppable } from '../../platform/jobs.js';
 import { INVOCATION_QUEUE, type InvocationJob, runInvocation } from './runner.js';
-import { attemptDelivery, WEBHOOK_QUEUE, type WebhookJob } from './webhooks.js';
+import { pendingWork } from './repo.js';
+import { attemptDelivery, sendDeliveryJob, WEBHOOK_QUEUE, type WebhookJob } from './webhooks.js';
 
 /**
  * The deployments' queues on the job engine (started by app.ts after every domain declared its own): invocations
@@ -23,5 +24,12 @@ export async function startDeploymentJobs(deps: Deps): Promise<Stoppable> {
     timeoutMs: deps.config.deployments.webhookTimeoutMs + 30_000,
     concurrency: 10,
   });
+  // Work whose job a stopped process committed but never sent: sent now (a live job's key makes this a no-op).
+  const pending = await pendingWork(deps.db.kysely);
+  for (const i of pending.invocations) await deps.jobs.send(INVOCATION_QUEUE, { orgId: i.org_id, invocationId: i.id }, { key: i.id });
+  for (const d of pending.deliveries) {
+    const delayMs = d.next_attempt_at ? Math.max(0, Date.parse(d.next_attempt_at) - Date.now()) : 0;
+    await sendDeliveryJob(deps, { orgId: d.org_id, deliveryId: d.id, attempt: d.attempts + 1 }, delayMs);
+  }
   return nothingToStop;
 }

@@ -2,6 +2,7 @@
 import type { Insertable, Selectable, Updateable } from 'kysely';
 import type { DeploymentInvocationsTable, DeploymentsTable, WebhookDeliveriesTable, WebhookDeliveryAttemptsTable } from '../../database.js';
 import { exec, orgId, type Ctx } from '../../platform/context.js';
+import type { Executor } from '../../platform/db/index.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 
 export type DeploymentRow = Selectable<DeploymentsTable>;
@@ -123,3 +124,17 @@ export const attemptsOf = (ctx: Ctx, deliveryId: string) =>
     .where('delivery_id', '=', deliveryId)
     .orderBy('attempt')
     .execute();
+
+/**
+ * Every organization's queued invocations and pending deliveries (a start-up job re-sends their jobs: a process
+ * that stopped between a commit and its send lost them; the jobs' keys make a re-send of a live one a no-op).
+ */
+export async function pendingWork(db: Executor) {
+  const invocations = await db.selectFrom('deployment_invocations').select(['id', 'org_id']).where('status', '=', 'queued').execute();
+  const deliveries = await db
+    .selectFrom('webhook_deliveries')
+    .select(['id', 'org_id', 'attempts', 'next_attempt_at'])
+    .where('status', '=', 'pending')
+    .execute();
+  return { invocations, deliveries };
+}

@@ -6,7 +6,7 @@
 import type { Ctx, Deps } from '../../platform/context.js';
 import { systemCtx, withTx } from '../../platform/context.js';
 import { nowIso } from '../../platform/ids.js';
-import { ROLE_SCOPES } from '../../platform/scopes.js';
+import { scopesNow } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import { membershipOf } from '../organizations/index.js';
 import { CancelledError, startRun } from '../runs/index.js';
@@ -52,7 +52,7 @@ const payloadOf = (dep: DeploymentRow, inv: InvocationRow, o: Partial<Omit<RunOu
   usage: o.usage ?? null,
 });
 
-/** The invoker's context in the deployment's organization (their membership role's scopes), or null for a former member. */
+/** The invoker's context in the deployment's organization (the invoking credential's scopes within their role's now), or null for a former member. */
 async function invokerCtx(deps: Deps, inv: InvocationRow): Promise<Ctx | null> {
   const membership = await membershipOf(deps, inv.created_by_user_id, inv.org_id);
   if (!membership) return null;
@@ -61,7 +61,8 @@ async function invokerCtx(deps: Deps, inv: InvocationRow): Promise<Ctx | null> {
     userId: inv.created_by_user_id,
     orgId: inv.org_id,
     role: membership.role,
-    scopes: ROLE_SCOPES[membership.role],
+    // Invoking a deployment is running its agent: agent:run is implied, everything else is the credential's own.
+    scopes: scopesNow(membership.role, [...(JSON.parse(inv.scopes) as string[]), 'agent:run']),
     apiKeyId: null,
   });
 }

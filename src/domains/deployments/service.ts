@@ -295,6 +295,7 @@ async function enqueueInvocation(
     org_id: orgId(ctx),
     deployment_id: row.id,
     created_by_user_id: ctx.principal.userId,
+    scopes: JSON.stringify([...ctx.principal.scopes]),
     source: o.source,
     trigger_id: o.triggerId,
     input: o.input,

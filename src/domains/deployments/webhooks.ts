@@ -99,6 +99,9 @@ function policyOf(deps: Deps): EgressPolicy {
 }
 
 /** `Retry-After` as milliseconds from now (delta seconds or an HTTP date), or 0. */
+/** The longest Retry-After honoured. */
+const RETRY_AFTER_CAP_MS = 86_400_000;
+
 export function retryAfterMs(value: string | undefined, now = Date.now()): number {
   if (!value) return 0;
   const v = value.trim();
@@ -159,7 +162,10 @@ export async function attemptDelivery(deps: Deps, job: WebhookJob): Promise<void
   const gone = status === 410;
   const retryIndex = job.attempt - 1;
   const retry = !ok && !gone && !job.single && retryIndex < schedule.length;
-  const delayMs = retry ? Math.max(schedule[retryIndex], retryAfter) : 0;
+  // The schedule's delay with ±20 % jitter (receivers recovering from an outage are not hit all at once); a
+  // receiver's Retry-After wins when longer, up to a day.
+  const jittered = retry ? Math.round(schedule[retryIndex]! * (0.8 + Math.random() * 0.4)) : 0;
+  const delayMs = retry ? Math.max(jittered, Math.min(retryAfter, RETRY_AFTER_CAP_MS)) : 0;
   const meta = { deliveryId: delivery.id, eventType: delivery.event_type, attempt: job.attempt, statusCode: status };
   await withTx(ctx, async (tx) => {
     await repo.insertAttempt(tx, {

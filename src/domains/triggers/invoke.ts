@@ -11,7 +11,7 @@ import { isUniqueViolation } from '../../platform/db/errors.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { jsonDepth, MAX_BODY_DEPTH } from '../../platform/http/json-depth.js';
 import { nowIso } from '../../platform/ids.js';
-import { ROLE_SCOPES } from '../../platform/scopes.js';
+import { scopesNow } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import { membershipOf } from '../organizations/index.js';
 import * as repo from './repo.js';
@@ -112,11 +112,17 @@ export async function recordTooLarge(deps: Deps, triggerId: string): Promise<voi
   if (row) await reject(deps, row, 'too_large', errors.tooLarge('')).catch(() => undefined);
 }
 
-/** The member who created the trigger, as they are now (their current role); null when no longer in the organization. */
+/** The member who created the trigger: the creating credential's scopes within their role now; null when no longer in the organization. */
 async function creatorCtx(deps: Deps, row: TriggerRow): Promise<Ctx | null> {
   const m = await membershipOf(deps, row.created_by_user_id, row.org_id);
   if (!m) return null;
-  return systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: m.role, scopes: ROLE_SCOPES[m.role], apiKeyId: null });
+  return systemCtx(deps, {
+    userId: row.created_by_user_id,
+    orgId: row.org_id,
+    role: m.role,
+    scopes: scopesNow(m.role, JSON.parse(row.scopes) as string[]),
+    apiKeyId: null,
+  });
 }
 
 const NOT_JSON = Symbol('not json');

@@ -75,6 +75,8 @@ async function rowOf(ctx: Ctx, id: string): Promise<TriggerRow> {
 /** POST /v1/triggers: binds an inbound webhook to a deployment of the organization; answers the secret this once. */
 export async function createTrigger(ctx: Ctx, body: CreateTriggerBody, origin?: string): Promise<Trigger> {
   requireScope(ctx, 'triggers:write');
+  // A trigger fires its deployment as its creator: making one is invoking it, later.
+  requireScope(ctx, 'deployments:invoke');
   const org = orgId(ctx);
   if (body.repo !== undefined && body.source !== 'code_host') throw errors.invalidField('repo', 'belongs to code_host triggers');
   const deployment = await deploymentOf(ctx, body.deployment);
@@ -85,6 +87,7 @@ export async function createTrigger(ctx: Ctx, body: CreateTriggerBody, origin?: 
     id,
     org_id: org,
     created_by_user_id: ctx.principal.userId,
+    scopes: JSON.stringify([...ctx.principal.scopes]),
     deployment_id: deployment.id,
     source: body.source,
     events: JSON.stringify(body.events),
