@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../app.js';
 import { createHarness, type Harness } from '../../../test/harness.js';
 import { until } from '../../../test/helpers.js';
 
@@ -33,5 +34,22 @@ describe('the app’s job engine', () => {
     await until('a tick ran', () => got.length > 0, 10_000);
     expect(got[0]).toEqual({ tick: true });
     await h.deps.jobs.unschedule('test-every-second');
+  });
+
+  it('starts again for another app built on the same collaborators once the first is closed', async () => {
+    const first = await buildApp(h.deps);
+    await first.close();
+    const second = await buildApp(h.deps);
+    try {
+      const got: unknown[] = [];
+      await h.deps.jobs.work('test.app-again', async (job) => {
+        got.push(job.data);
+      });
+      const id = await h.deps.jobs.send('test.app-again', { again: true });
+      await until('the job ran on the second app', async () => (await h.deps.jobs.getJob(id!))?.state === 'completed', 10_000);
+      expect(got).toEqual([{ again: true }]);
+    } finally {
+      await second.close();
+    }
   });
 });

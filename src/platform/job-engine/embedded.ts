@@ -238,6 +238,10 @@ export function embeddedEngine(
       await Promise.race([Promise.all(all), grace]);
       for (const r of running.values()) r.controller.abort(new Error('the job engine is stopping'));
       await Promise.all(all);
+      // Stopped: a later start (another app built on the same collaborators) begins afresh, its queues declared again.
+      workers.clear();
+      started = false;
+      stopping = false;
     },
   };
 }

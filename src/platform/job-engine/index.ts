@@ -47,7 +47,10 @@ const PROBE_MS = 30_000;
  * first send (a process that never queues anything, like most test apps, never creates it), or once another
  * replica has created it (probed every PROBE_MS). Workers declared before that are attached when it starts.
  */
-function lazyPgBoss(base: PgBossEngine, exists: () => Promise<boolean>, log: Pick<Logger, 'warn'>): BaseEngine {
+function lazyPgBoss(make: () => PgBossEngine, exists: () => Promise<boolean>, log: Pick<Logger, 'warn'>): BaseEngine {
+  // A stopped pg-boss cannot start again: each start after a stop gets a fresh one (an app closed and another built
+  // on the same collaborators, as tests do).
+  let base = make();
   let live: Promise<void> | null = null;
   let probe: NodeJS.Timeout | null = null;
   const ensure = () => {
@@ -84,8 +87,11 @@ function lazyPgBoss(base: PgBossEngine, exists: () => Promise<boolean>, log: Pic
     },
     async stop(graceMs) {
       if (probe) clearInterval(probe);
+      probe = null;
       await live?.catch(() => undefined);
       await base.stop(graceMs);
+      base = make();
+      live = null;
     },
   };
 }
@@ -93,10 +99,11 @@ function lazyPgBoss(base: PgBossEngine, exists: () => Promise<boolean>, log: Pic
 export function createJobEngine(config: Config, db: Kysely<Database>, log: Logger): JobEngine {
   if (config.database.kind !== 'postgres') return withSchedules(embeddedEngine(db, log), db, log);
   const schema = pgBossSchema(config.database);
-  const base = pgBossEngine({ connectionString: config.database.url, schema, log });
+  const url = config.database.url;
+  const make = () => pgBossEngine({ connectionString: url, schema, log });
   const exists = async () => {
     const r = await sql<{ found: string | null }>`select to_regclass(${`"${schema}".job`}) as found`.execute(db);
     return Boolean(r.rows[0]?.found);
   };
-  return withSchedules(lazyPgBoss(base, exists, log), db, log);
+  return withSchedules(lazyPgBoss(make, exists, log), db, log);
 }
