@@ -40,7 +40,7 @@ export async function createHarness(env: Record<string, string | undefined> = {}
   const schema = testDatabaseUrl ? `t_${randomBytes(6).toString('hex')}` : undefined;
   const config = parseConfig({
     HANGAR_DATA_DIR: dataDir,
-    LOG_LEVEL: 'silent',
+    LOG_LEVEL: process.env.HANGAR_TEST_LOG_LEVEL ?? 'silent',
     HANGAR_VALIDATE_RESPONSES: 'true',
     HANGAR_SECRET_KEY: randomBytes(32).toString('hex'),
     DATABASE_URL: testDatabaseUrl ? `${testDatabaseUrl}${testDatabaseUrl.includes('?') ? '&' : '?'}schema=${schema}` : undefined,

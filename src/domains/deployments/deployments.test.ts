@@ -1,9 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { expectActivity } from '../../../test/activity.js';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { WebhookReceiver } from '../../../test/fakes/webhook-receiver.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
-import { expectError, until } from '../../../test/helpers.js';
+import { expectError, sleep, until } from '../../../test/helpers.js';
+import { resendPending } from './jobs.js';
+import { INVOCATION_QUEUE } from './runner.js';
+import { WEBHOOK_QUEUE } from './webhooks.js';
 import { securitySuite } from '../../../test/security.js';
 
 type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
@@ -336,6 +339,48 @@ describe('deployments', () => {
     expect(done.error).toContain('no longer a member');
     expect(done.runId).toBeNull();
     expect((await c.ended(admin, dep.id, first.id)).status).toBe('completed');
+  });
+
+  it('loses no work when a job cannot be sent after commit: the invoke answers, and the sweep sends what was left', async () => {
+    const dep = await c.deploy(admin, {
+      runtimeSlug: 'helper',
+      apiSlug: 'unsent',
+      webhookUrl: `${rx.url}/unsent`,
+      webhookEvents: ['run.completed'],
+    });
+    rx.trust(dep.webhookSecret);
+    // The engine refuses the first invocation job and the first delivery job, as an unreachable job database would.
+    const failing = new Set([INVOCATION_QUEUE, WEBHOOK_QUEUE]);
+    const real = h.deps.jobs.send.bind(h.deps.jobs);
+    const spy = vi.spyOn(h.deps.jobs, 'send').mockImplementation(async (queue, data, opts) => {
+      if (failing.delete(queue)) throw new Error('the job database is unreachable');
+      return real(queue, data, opts);
+    });
+    try {
+      fake.script({ text: ['swept'] });
+      const inv = await c.invoke(admin, dep.id, { input: 'do not lose me' });
+      expect(inv.status).toBe('queued');
+      await sleep(300);
+      expect((await c.invocation(admin, dep.id, inv.id)).status).toBe('queued');
+      // The sweep (every minute, for work due 30 s ago) runs the invocation; its delivery's send fails in turn.
+      const soon = new Date(Date.now() + 1000).toISOString();
+      await resendPending(h.deps, { before: soon });
+      expect((await c.ended(admin, dep.id, inv.id)).status).toBe('completed');
+      expect(failing.size).toBe(0);
+      const [pending] = await c.deliveries(admin, dep.id);
+      expect(pending).toMatchObject({ status: 'pending', attempts: 0 });
+      expect(at('/unsent')).toHaveLength(0);
+      // The next sweep sends it; a second sweep sends nothing more (each job's key).
+      await resendPending(h.deps, { before: new Date(Date.now() + 1000).toISOString() });
+      await resendPending(h.deps, { before: new Date(Date.now() + 1000).toISOString() });
+      expect((await c.settled(admin, dep.id, pending.id)).status).toBe('delivered');
+      await sleep(300);
+      expect(at('/unsent').map((r) => [r.body.type, r.body.data.invocationId, r.verifiedWith])).toEqual([
+        ['run.completed', inv.id, [dep.webhookSecret]],
+      ]);
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('answers 404 for another organization’s deployment, invocation and delivery, and not for the owner', async () => {

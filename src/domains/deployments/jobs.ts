@@ -1,12 +1,16 @@
 import type { Deps } from '../../platform/context.js';
 import { nothingToStop, type Stoppable } from '../../platform/jobs.js';
-import { INVOCATION_QUEUE, type InvocationJob, runInvocation } from './runner.js';
 import { pendingWork } from './repo.js';
-import { attemptDelivery, sendDeliveryJob, WEBHOOK_QUEUE, type WebhookJob } from './webhooks.js';
+import { INVOCATION_QUEUE, type InvocationJob, runInvocation } from './runner.js';
+import { attemptDelivery, SWEEP_AFTER_MS, sendDeliveryJob, sendOrLeaveForSweep, WEBHOOK_QUEUE, type WebhookJob } from './webhooks.js';
+
+export const SWEEP_QUEUE = 'deployments.sweep';
+/** Items a sweep sends at most (the next minute's sweep takes the rest). */
+const SWEEP_LIMIT = 500;
 
 /**
  * The deployments' queues on the job engine (started by app.ts after every domain declared its own): invocations
- * (each waits for a slot of its deployment, then runs its agent) and webhook delivery attempts.
+ * (each waits for a slot of its deployment, then runs its agent), webhook delivery attempts, and the sweep.
  */
 export async function startDeploymentJobs(deps: Deps): Promise<Stoppable> {
   await deps.jobs.work<InvocationJob>(INVOCATION_QUEUE, (job) => runInvocation(deps, job.data, job.attempt), {
@@ -24,12 +28,30 @@ export async function startDeploymentJobs(deps: Deps): Promise<Stoppable> {
     timeoutMs: deps.config.deployments.webhookTimeoutMs + 30_000,
     concurrency: 10,
   });
-  // Work whose job a stopped process committed but never sent: sent now (a live job's key makes this a no-op).
-  const pending = await pendingWork(deps.db.kysely);
-  for (const i of pending.invocations) await deps.jobs.send(INVOCATION_QUEUE, { orgId: i.org_id, invocationId: i.id }, { key: i.id });
+  await deps.jobs.work(SWEEP_QUEUE, () => resendPending(deps, { before: new Date(Date.now() - SWEEP_AFTER_MS).toISOString(), limit: SWEEP_LIMIT }), {
+    retryLimit: 0,
+    timeoutMs: 120_000,
+  });
+  // Once a minute, across replicas: work committed whose job was never sent (its send failed after the commit).
+  await deps.jobs.schedule(SWEEP_QUEUE, { cron: '* * * * *', queue: SWEEP_QUEUE });
+  // At start-up, everything waiting: work whose job a stopped process committed but never sent.
+  await resendPending(deps);
+  return nothingToStop;
+}
+
+/**
+ * Sends the job of each queued invocation and pending delivery (of every organization). Each job's key makes this
+ * a no-op for work that has its job already (waiting, running or done), so only lost sends are made good.
+ */
+export async function resendPending(deps: Deps, o: { before?: string; limit?: number } = {}): Promise<void> {
+  const pending = await pendingWork(deps.db.kysely, o);
+  for (const i of pending.invocations) {
+    await sendOrLeaveForSweep(deps, { invocationId: i.id }, () =>
+      deps.jobs.send(INVOCATION_QUEUE, { orgId: i.org_id, invocationId: i.id }, { key: i.id }),
+    );
+  }
   for (const d of pending.deliveries) {
     const delayMs = d.next_attempt_at ? Math.max(0, Date.parse(d.next_attempt_at) - Date.now()) : 0;
     await sendDeliveryJob(deps, { orgId: d.org_id, deliveryId: d.id, attempt: d.attempts + 1 }, delayMs);
   }
-  return nothingToStop;
 }

@@ -129,12 +129,20 @@ export const attemptsOf = (ctx: Ctx, deliveryId: string) =>
  * Every organization's queued invocations and pending deliveries (a start-up job re-sends their jobs: a process
  * that stopped between a commit and its send lost them; the jobs' keys make a re-send of a live one a no-op).
  */
-export async function pendingWork(db: Executor) {
-  const invocations = await db.selectFrom('deployment_invocations').select(['id', 'org_id']).where('status', '=', 'queued').execute();
-  const deliveries = await db
-    .selectFrom('webhook_deliveries')
-    .select(['id', 'org_id', 'attempts', 'next_attempt_at'])
-    .where('status', '=', 'pending')
-    .execute();
-  return { invocations, deliveries };
+/**
+ * Across organizations (the engine's start-up and sweep): invocations still `queued` and deliveries still `pending`,
+ * optionally only those due before `before` (created, or next attempt due, then), oldest first, at most `limit`.
+ */
+export async function pendingWork(db: Executor, o: { before?: string; limit?: number } = {}) {
+  let invocations = db.selectFrom('deployment_invocations').select(['id', 'org_id']).where('status', '=', 'queued');
+  let deliveries = db.selectFrom('webhook_deliveries').select(['id', 'org_id', 'attempts', 'next_attempt_at']).where('status', '=', 'pending');
+  if (o.before) {
+    invocations = invocations.where('created_at', '<', o.before);
+    deliveries = deliveries.where('next_attempt_at', '<', o.before);
+  }
+  if (o.limit) {
+    invocations = invocations.orderBy('created_at').limit(o.limit);
+    deliveries = deliveries.orderBy('next_attempt_at').limit(o.limit);
+  }
+  return { invocations: await invocations.execute(), deliveries: await deliveries.execute() };
 }

@@ -25,7 +25,7 @@ import type {
   PageQuery,
   UpdateDeploymentBody,
 } from './schemas.js';
-import { eventsOf, newSecret, redeliveryJob, sealSecret, sendDeliveryJob } from './webhooks.js';
+import { eventsOf, newSecret, redeliveryJob, sealSecret, sendDeliveryJob, sendOrLeaveForSweep } from './webhooks.js';
 
 const TERMINAL: readonly string[] = ['completed', 'failed', 'cancelled', 'timed_out'];
 
@@ -323,7 +323,9 @@ async function enqueueInvocation(
       metadata: { invocationId: id, source: o.source, ...(o.triggerId ? { triggerId: o.triggerId } : {}) },
     });
   });
-  await ctx.deps.jobs.send(INVOCATION_QUEUE, { orgId: inv.org_id, invocationId: id }, { key: id });
+  await sendOrLeaveForSweep(ctx.deps, { invocationId: id }, () =>
+    ctx.deps.jobs.send(INVOCATION_QUEUE, { orgId: inv.org_id, invocationId: id }, { key: id }),
+  );
   return inv;
 }
 

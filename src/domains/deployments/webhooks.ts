@@ -77,11 +77,31 @@ export async function enqueueDelivery(tx: Ctx, dep: DeploymentRow, event: Webhoo
   return { orgId: orgId(tx), deliveryId: id, attempt: 1 };
 }
 
-/** After commit: the attempt's job (keyed by delivery and attempt, so it is sent once however often this runs). */
+/**
+ * After commit: the attempt's job (keyed by delivery and attempt, so it is sent once however often this runs). A
+ * send that fails is logged, not thrown: the delivery is committed `pending`, and the sweep (jobs.ts) sends it.
+ */
 export async function sendDeliveryJob(deps: Deps, job: WebhookJob | null, delayMs = 0): Promise<void> {
   if (!job) return;
-  await deps.jobs.send(WEBHOOK_QUEUE, job, { key: `${job.deliveryId}:${job.attempt}`, ...(delayMs > 0 ? { delayMs } : {}) });
+  await sendOrLeaveForSweep(deps, { deliveryId: job.deliveryId, attempt: job.attempt }, () =>
+    deps.jobs.send(WEBHOOK_QUEUE, job, { key: `${job.deliveryId}:${job.attempt}`, ...(delayMs > 0 ? { delayMs } : {}) }),
+  );
 }
+
+/**
+ * Sends a job for work a transaction has committed. The work is durable already, so a failed send (the engine's
+ * database unreachable for a moment) is logged and left to the sweep, which finds committed work without a job.
+ */
+export async function sendOrLeaveForSweep(deps: Deps, what: Record<string, unknown>, send: () => Promise<unknown>): Promise<void> {
+  try {
+    await send();
+  } catch (err) {
+    deps.log.warn({ err, ...what }, 'deployments: a job could not be sent; the sweep sends it within %d s', SWEEP_AFTER_MS / 1000 + 60);
+  }
+}
+
+/** Work still waiting this long after it was due, with no job, is sent again by the sweep. */
+export const SWEEP_AFTER_MS = 30_000;
 
 const POLICY = stateKey('deployments.egress', () => ({ policy: null as EgressPolicy | null }));
 

@@ -59,7 +59,18 @@ describe('deploy an agent, receive signed webhooks, fire it from a trigger', () 
     expect(res.statusCode, res.body).toBe(200);
     const invocation = json(res).data;
     expect(invocation).toMatchObject({ status: 'completed', result: 'Label: bug' });
-    await until('the run.completed webhook', () => receiver.received.find((d) => d.body?.data?.invocationId === invocation.id));
+    // Generous under a loaded CI machine; on failure, what the deliveries and receiver looked like.
+    let deliveries: unknown = null;
+    const webhookWait = {
+      timeoutMs: 30_000,
+      detail: () => ({ deliveries, received: receiver.received.map((d) => [d.status, d.body?.type, d.body?.data?.invocationId]) }),
+    };
+    const delivered$ = async (invocationId: string) => {
+      const d = receiver.received.find((r) => r.body?.data?.invocationId === invocationId);
+      if (!d) deliveries = (await ok('GET', `/v1/deployments/${dep.id}/deliveries`)) as unknown;
+      return d;
+    };
+    await until('the run.completed webhook', () => delivered$(invocation.id), webhookWait);
     const delivered = receiver.received.find((d) => d.body.data.invocationId === invocation.id)!;
     expect(delivered.verifiedWith).toEqual([dep.webhookSecret]);
     expect(delivered.body).toMatchObject({ type: 'run.completed', data: { deploymentId: dep.id, runId: invocation.runId, status: 'completed' } });
@@ -102,10 +113,11 @@ describe('deploy an agent, receive signed webhooks, fire it from a trigger', () 
     await until(
       'the triggered run completed',
       async () => (await ok('GET', `/v1/deployments/${dep.id}/invocations/${firedInv.invocationId}`)).status === 'completed',
+      30_000,
     );
     const prompt = fake.requests.at(-1)!.body.messages.at(-1).content;
     expect(prompt).toBe('New issue: Login fails (["auth"]) missing: []');
-    await until('its webhook', () => receiver.received.find((d) => d.body?.data?.invocationId === firedInv.invocationId));
+    await until('its webhook', () => delivered$(firedInv.invocationId), webhookWait);
     expect(receiver.received.find((d) => d.body.data.invocationId === firedInv.invocationId)!.verifiedWith).toEqual([dep.webhookSecret]);
     // The same delivery again is a replay: refused, nothing runs.
     expectError(await invoke({ 'x-webhook-signature': sig, 'webhook-id': 'delivery-1' }, '10.20.3.4'), 409, 'replayed');
