@@ -953,6 +953,8 @@ export interface DeploymentInvocationsTable {
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
+  /** When it found every slot of its deployment taken (null until then): woken by the next one that ends. */
+  slot_wait_since: string | null;
 }
 
 export interface WebhookDeliveriesTable {

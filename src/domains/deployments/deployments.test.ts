@@ -5,7 +5,7 @@ import { WebhookReceiver } from '../../../test/fakes/webhook-receiver.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { expectError, sleep, until } from '../../../test/helpers.js';
 import { resendPending } from './jobs.js';
-import { INVOCATION_QUEUE } from './runner.js';
+import { INVOCATION_QUEUE, SLOT_RETRY_MS } from './runner.js';
 import { WEBHOOK_QUEUE } from './webhooks.js';
 import { securitySuite } from '../../../test/security.js';
 
@@ -209,6 +209,8 @@ describe('deployments', () => {
     expect(first.status).toBe('completed');
     expect(second.status).toBe('completed');
     expect(Date.parse(second.startedAt)).toBeGreaterThanOrEqual(Date.parse(first.finishedAt));
+    // The freed slot wakes the waiting one (it does not wait for its own look, every SLOT_RETRY_MS = 5 s).
+    expect(Date.parse(second.startedAt) - Date.parse(first.finishedAt)).toBeLessThan(SLOT_RETRY_MS / 2);
   });
 
   it('refuses with 429 when more than maxQueued invocations wait for a slot', async () => {

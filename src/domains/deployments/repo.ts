@@ -55,6 +55,29 @@ export async function countInvocations(ctx: Ctx, deploymentId: string, status: s
   return Number(r?.n ?? 0);
 }
 
+/** The deployment's oldest queued invocations that found every slot taken (the next to take a freed slot). */
+export const oldestWaitingForSlot = (ctx: Ctx, deploymentId: string, limit: number) =>
+  exec(ctx)
+    .selectFrom('deployment_invocations')
+    .select(['id', 'org_id'])
+    .where('org_id', '=', orgId(ctx))
+    .where('deployment_id', '=', deploymentId)
+    .where('status', '=', 'queued')
+    .where('slot_wait_since', 'is not', null)
+    .orderBy('created_at')
+    .orderBy('id')
+    .limit(limit)
+    .execute();
+
+export const markWaitingForSlot = (ctx: Ctx, id: string, at: string) =>
+  exec(ctx)
+    .updateTable('deployment_invocations')
+    .set({ slot_wait_since: at })
+    .where('org_id', '=', orgId(ctx))
+    .where('id', '=', id)
+    .where('status', '=', 'queued')
+    .execute();
+
 export const insertInvocation = (ctx: Ctx, row: Insertable<DeploymentInvocationsTable>) =>
   exec(ctx).insertInto('deployment_invocations').values(row).execute();
 

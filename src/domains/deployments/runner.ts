@@ -16,8 +16,11 @@ import type { InvocationStatus, WebhookEvent } from './schemas.js';
 import { enqueueDelivery, orgCtx, sendDeliveryJob, type WebhookJob } from './webhooks.js';
 
 export const INVOCATION_QUEUE = 'deployments.invocation';
-/** How long an invocation waiting for a slot waits before it looks again. */
-export const SLOT_RETRY_MS = 200;
+/**
+ * How long an invocation waiting for a slot waits before it looks again by itself. A slot freed wakes the oldest
+ * waiting invocation at once (wakeNext); this look only makes good a wake that was lost (another replica stopped).
+ */
+export const SLOT_RETRY_MS = 5000;
 
 export interface InvocationJob {
   orgId: string;
@@ -72,7 +75,11 @@ async function claimSlot(ctx: Ctx, inv: InvocationRow): Promise<'claimed' | 'ful
   return withTx(ctx, async (tx) => {
     const dep = await repo.lockDeployment(tx, inv.deployment_id);
     if (!dep) return 'gone';
-    if ((await repo.countInvocations(tx, dep.id, 'running')) >= dep.max_concurrent) return 'full';
+    if ((await repo.countInvocations(tx, dep.id, 'running')) >= dep.max_concurrent) {
+      // Waiting for a slot: the next invocation to end wakes it (wakeNext).
+      if (!inv.slot_wait_since) await repo.markWaitingForSlot(tx, inv.id, nowIso());
+      return 'full';
+    }
     const moved = await repo.moveInvocation(tx, inv.id, 'queued', { status: 'running', started_at: nowIso() });
     return moved ? 'claimed' : 'gone';
   });
@@ -104,6 +111,26 @@ async function finish(ctx: Ctx, dep: DeploymentRow, inv: InvocationRow, o: RunOu
     return enqueueDelivery(tx, current, EVENT_OF[o.status], payloadOf(current, inv, o));
   });
   await sendDeliveryJob(ctx.deps, job);
+  await wakeNext(ctx, dep, inv.id);
+}
+
+/**
+ * After an invocation ended (its slot free): the deployment's oldest invocations waiting for a slot, as many as slots
+ * are free, are sent a job now (keyed by the one that ended, so a retry of this wakes no one twice), instead of each
+ * polling for a slot. Queued invocations that never found the deployment full have their first job still coming.
+ */
+async function wakeNext(ctx: Ctx, dep: DeploymentRow, endedId: string): Promise<void> {
+  try {
+    const running = await repo.countInvocations(ctx, dep.id, 'running');
+    const free = dep.max_concurrent - running;
+    if (free <= 0) return;
+    for (const next of await repo.oldestWaitingForSlot(ctx, dep.id, free)) {
+      await ctx.deps.jobs.send(INVOCATION_QUEUE, { orgId: next.org_id, invocationId: next.id }, { key: `${next.id}:after:${endedId}` });
+    }
+  } catch (err) {
+    // Not lost: a waiting invocation looks again by itself every SLOT_RETRY_MS.
+    ctx.deps.log.warn({ err, deploymentId: dep.id }, 'deployments: could not wake the next queued invocation');
+  }
 }
 
 /** The job: one attempt at running an invocation. */

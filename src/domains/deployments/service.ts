@@ -286,7 +286,14 @@ export async function invokeDeployment(ctx: Ctx, idOrSlug: string, body: InvokeB
 async function enqueueInvocation(
   ctx: Ctx,
   row: DeploymentRow,
-  o: { input: string; source: 'api' | 'trigger'; triggerId: string | null; threadId: string | null },
+  o: {
+    input: string;
+    source: 'api' | 'trigger';
+    triggerId: string | null;
+    threadId: string | null;
+    /** The caller's own writes, made in the invocation's transaction (all or none). */
+    alsoInTx?: (tx: Ctx, invocationId: string) => Promise<void>;
+  },
 ): Promise<InvocationRow> {
   const id = prefixedId('dpi');
   const now = nowIso();
@@ -306,6 +313,7 @@ async function enqueueInvocation(
     created_at: now,
     started_at: null,
     finished_at: null,
+    slot_wait_since: null,
   };
   const max = ctx.deps.config.deployments.maxQueued;
   await withTx(ctx, async (tx) => {
@@ -322,6 +330,7 @@ async function enqueueInvocation(
       title: `Deployment ${row.api_slug} invoked`,
       metadata: { invocationId: id, source: o.source, ...(o.triggerId ? { triggerId: o.triggerId } : {}) },
     });
+    await o.alsoInTx?.(tx, id);
   });
   await sendOrLeaveForSweep(ctx.deps, { invocationId: id }, () =>
     ctx.deps.jobs.send(INVOCATION_QUEUE, { orgId: inv.org_id, invocationId: id }, { key: id }),
@@ -337,11 +346,25 @@ export const triggerInvoker = {
     const row = await repo.findDeployment(ctx, idOrSlug);
     return row ? { id: row.id, apiSlug: row.api_slug } : null;
   },
-  /** Fires the deployment as the trigger's creator (ctx): an invocation from the trigger, queued like any. */
-  async invoke(ctx: Ctx, deploymentId: string, o: { input: string; triggerId: string }): Promise<{ id: string; status: string }> {
+  /**
+   * Fires the deployment as the trigger's creator (ctx): an invocation from the trigger, queued like any. The
+   * trigger's own writes (its delivery id, its activity) go in the invocation's transaction through `alsoInTx`:
+   * one commit, and a refusal (429, a replayed delivery) leaves neither.
+   */
+  async invoke(
+    ctx: Ctx,
+    deploymentId: string,
+    o: { input: string; triggerId: string; alsoInTx?: (tx: Ctx, invocationId: string) => Promise<void> },
+  ): Promise<{ id: string; status: string }> {
     requireScope(ctx, 'deployments:invoke');
     const row = await deploymentRow(ctx, deploymentId);
-    const inv = await enqueueInvocation(ctx, row, { input: o.input, source: 'trigger', triggerId: o.triggerId, threadId: null });
+    const inv = await enqueueInvocation(ctx, row, {
+      input: o.input,
+      source: 'trigger',
+      triggerId: o.triggerId,
+      threadId: null,
+      ...(o.alsoInTx ? { alsoInTx: o.alsoInTx } : {}),
+    });
     return { id: inv.id, status: inv.status };
   },
 };

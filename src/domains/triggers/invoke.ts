@@ -6,7 +6,7 @@
  * (never the secret or the body) and changes nothing else.
  */
 import { BlockList, isIP } from 'node:net';
-import { systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { isUniqueViolation } from '../../platform/db/errors.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { jsonDepth, MAX_BODY_DEPTH } from '../../platform/http/json-depth.js';
@@ -201,42 +201,45 @@ export async function invokeTrigger(deps: Deps, row: TriggerRow, headers: Header
       break;
   }
 
-  if (deliveryId) {
-    try {
-      await repo.insertDelivery(deps.db.kysely, { trigger_id: row.id, delivery_id: deliveryId, org_id: row.org_id, received_at: nowIso() });
-    } catch (err) {
-      if (!isUniqueViolation(err)) throw err;
-      await reject(deps, row, 'replayed', new AppError('replayed', `delivery ${deliveryId} was already received`), { deliveryId });
-    }
-  }
-
+  // A delivery that fires is recorded in the invocation's transaction (below); one that does not is recorded here,
+  // so a replay of it is refused all the same.
   const events = JSON.parse(row.events) as string[];
+  let notFired: string | null = null;
   if (events.length && (!event || !events.includes(event)))
-    return { status: 200, data: { fired: false, reason: event ? `event "${event}" is not one the trigger fires on` : 'the request names no event' } };
-  if (source === 'code_host' && row.repo) {
+    notFired = event ? `event "${event}" is not one the trigger fires on` : 'the request names no event';
+  else if (source === 'code_host' && row.repo) {
     const repoName = str(field(field(payload, 'repository'), 'full_name'));
-    if (repoName?.toLowerCase() !== row.repo.toLowerCase())
-      return { status: 200, data: { fired: false, reason: `the event is not from repository ${row.repo}` } };
+    if (repoName?.toLowerCase() !== row.repo.toLowerCase()) notFired = `the event is not from repository ${row.repo}`;
+  }
+  const replayed = (err: unknown): Promise<never> => {
+    if (!isUniqueViolation(err)) throw err;
+    return reject(deps, row, 'replayed', new AppError('replayed', `delivery ${deliveryId} was already received`), { deliveryId });
+  };
+  const delivery = deliveryId ? { trigger_id: row.id, delivery_id: deliveryId, org_id: row.org_id, received_at: nowIso() } : null;
+  if (notFired) {
+    if (delivery) await repo.insertDelivery(deps.db.kysely, delivery).catch(replayed);
+    return { status: 200, data: { fired: false, reason: notFired } };
   }
 
   const input = renderMessage(row.message, payload, MAX_PROMPT_BYTES);
-  let invocation: { id: string; status: string };
-  try {
-    invocation = await deploymentInvoker(deps).invoke(ctx!, row.deployment_id, { input, triggerId: row.id });
-  } catch (err) {
-    // Not fired: the sender's retry of this delivery must not be taken for a replay.
-    if (deliveryId) await repo.deleteDelivery(deps.db.kysely, row.id, deliveryId).catch(() => undefined);
-    throw err;
-  }
-  await withTx(ctx!, (tx) =>
-    recordActivity(tx, {
-      resourceType: 'trigger',
-      resourceId: row.id,
-      eventType: 'trigger.fired',
-      status: 'succeeded',
-      title: `Trigger ${row.id} fired its deployment`,
-      metadata: { invocationId: invocation.id, deployment: row.deployment_id, ...(event ? { event } : {}), ...(deliveryId ? { deliveryId } : {}) },
-    }),
-  );
+  // One transaction: the invocation, its activity, the delivery id (a replay rolls all back) and trigger.fired. A
+  // refusal of the deployment (429) records no delivery, so the sender's retry is not taken for a replay.
+  const invocation = await deploymentInvoker(deps)
+    .invoke(ctx!, row.deployment_id, {
+      input,
+      triggerId: row.id,
+      alsoInTx: async (tx, invocationId) => {
+        if (delivery) await repo.insertDelivery(exec(tx), delivery);
+        await recordActivity(tx, {
+          resourceType: 'trigger',
+          resourceId: row.id,
+          eventType: 'trigger.fired',
+          status: 'succeeded',
+          title: `Trigger ${row.id} fired its deployment`,
+          metadata: { invocationId, deployment: row.deployment_id, ...(event ? { event } : {}), ...(deliveryId ? { deliveryId } : {}) },
+        });
+      },
+    })
+    .catch(replayed);
   return { status: 202, data: { fired: true, invocationId: invocation.id, status: invocation.status } };
 }

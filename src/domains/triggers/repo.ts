@@ -41,10 +41,6 @@ export const deleteTriggerRow = (ctx: Ctx, id: string) =>
 export const insertDelivery = (db: Executor, row: { trigger_id: string; delivery_id: string; org_id: string; received_at: string }) =>
   db.insertInto('trigger_deliveries').values(row).execute();
 
-/** Forgets a delivery whose firing failed, so the sender's retry is not taken for a replay. */
-export const deleteDelivery = (db: Executor, triggerId: string, deliveryId: string) =>
-  db.deleteFrom('trigger_deliveries').where('trigger_id', '=', triggerId).where('delivery_id', '=', deliveryId).execute();
-
 /** Delivery ids older than `before` (ISO): past any sender's retry window. */
 export const pruneDeliveries = (db: Executor, before: string) =>
   db.deleteFrom('trigger_deliveries').where('received_at', '<', before).executeTakeFirst();

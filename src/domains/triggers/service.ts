@@ -18,10 +18,15 @@ import type { CreateTriggerBody, Trigger, TriggerSource, TriggersQuery, UpdateTr
 /** What triggers need of deployments; the deployments domain provides it. `ctx` is the trigger creator's. */
 export interface DeploymentInvoker {
   find(ctx: Ctx, idOrApiSlug: string): Promise<{ id: string; apiSlug: string } | null>;
-  invoke(ctx: Ctx, deploymentId: string, input: { input: string; triggerId: string }): Promise<{ id: string; status: string }>;
+  /** `alsoInTx` runs in the invocation's transaction: the trigger's writes commit with it, or neither does. */
+  invoke(
+    ctx: Ctx,
+    deploymentId: string,
+    input: { input: string; triggerId: string; alsoInTx?: (tx: Ctx, invocationId: string) => Promise<void> },
+  ): Promise<{ id: string; status: string }>;
 }
 
-const STATE = stateKey('triggers', () => ({ invoker: null as DeploymentInvoker | null }));
+const STATE = stateKey('triggers', () => ({ invoker: null as DeploymentInvoker | null, secretKey: null as Buffer | null }));
 
 export function registerDeploymentInvoker(deps: Deps, invoker: DeploymentInvoker): void {
   deps.state.get(STATE).invoker = invoker;
@@ -33,7 +38,12 @@ export function deploymentInvoker(deps: Deps): DeploymentInvoker {
   return i;
 }
 
-const secretKey = (deps: Deps) => deriveKey(deps.config.secretKey, 'triggers:secret');
+/** The key sealing trigger secrets, derived once per app (each invoke opens one). */
+const secretKey = (deps: Deps): Buffer => {
+  const slot = deps.state.get(STATE);
+  slot.secretKey ??= deriveKey(deps.config.secretKey, 'triggers:secret');
+  return slot.secretKey;
+};
 const secretAad = (org: string, id: string) => `trigger:${org}:${id}`;
 
 /** The trigger's signing secret (null for a row written without one: nothing can then be verified). */

@@ -5,7 +5,7 @@ import { expectActivity } from '../../../test/activity.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
 import { expectError } from '../../../test/helpers.js';
 import { securitySuite } from '../../../test/security.js';
-import type { Ctx } from '../../platform/context.js';
+import { type Ctx, withTx } from '../../platform/context.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { registerDeploymentInvoker, startTriggerJobs, type DeploymentInvoker } from './index.js';
 
@@ -25,13 +25,23 @@ class FakeInvoker implements DeploymentInvoker {
     return d ? { id: d.id, apiSlug: d.apiSlug } : null;
   }
 
-  async invoke(ctx: Ctx, deploymentId: string, input: { input: string; triggerId: string }) {
+  async invoke(ctx: Ctx, deploymentId: string, o: { input: string; triggerId: string; alsoInTx?: (tx: Ctx, invocationId: string) => Promise<void> }) {
     if (this.failNext) {
       this.failNext = false;
       throw new Error('the deployment could not start');
     }
-    this.calls.push({ userId: ctx.principal.userId, orgId: ctx.principal.orgId, role: ctx.principal.role, deploymentId, ...input });
-    return { id: `inv_${this.calls.length}`, status: 'queued' };
+    // As the deployments domain does: the trigger's writes in the invocation's transaction, counted once it commits.
+    const id = `inv_${this.calls.length + 1}`;
+    await withTx(ctx, async (tx) => o.alsoInTx?.(tx, id));
+    this.calls.push({
+      userId: ctx.principal.userId,
+      orgId: ctx.principal.orgId,
+      role: ctx.principal.role,
+      deploymentId,
+      input: o.input,
+      triggerId: o.triggerId,
+    });
+    return { id, status: 'queued' };
   }
 }
 
