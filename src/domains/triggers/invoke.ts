@@ -12,6 +12,7 @@ import { AppError, errors } from '../../platform/http/errors.js';
 import { jsonDepth, MAX_BODY_DEPTH } from '../../platform/http/json-depth.js';
 import { nowIso } from '../../platform/ids.js';
 import { scopesNow } from '../../platform/scopes.js';
+import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { membershipOf } from '../organizations/index.js';
 import * as repo from './repo.js';
@@ -30,18 +31,47 @@ export type RejectReason = 'paused' | 'ip_not_allowed' | 'bad_signature' | 'stal
 const recorderCtx = (deps: Deps, row: TriggerRow): Ctx =>
   systemCtx(deps, { userId: row.created_by_user_id, orgId: row.org_id, role: null, scopes: new Set(), apiKeyId: null });
 
+/** Refusals recorded as activity per trigger per minute (per process); the rest are counted into the next one. */
+export const REJECTIONS_RECORDED_PER_MINUTE = 10;
+const REJECTIONS = stateKey('triggers.rejections', () => new Map<string, { windowStart: number; recorded: number; suppressed: number }>());
+
+/**
+ * Whether this refusal is recorded, and how many were left unrecorded before it. Anyone who knows a trigger's URL can
+ * send refused requests; without a cap each would write an activity row (a write flood from the open internet).
+ */
+function rejectionBudget(deps: Deps, triggerId: string, now = Date.now()): { record: boolean; suppressed: number } {
+  const map = deps.state.get(REJECTIONS);
+  let w = map.get(triggerId);
+  if (!w || now - w.windowStart >= 60_000) {
+    if (map.size >= 10_000) for (const [id, old] of map) if (now - old.windowStart >= 60_000) map.delete(id);
+    const suppressed = w?.suppressed ?? 0;
+    w = { windowStart: now, recorded: 0, suppressed };
+    map.set(triggerId, w);
+  }
+  if (w.recorded >= REJECTIONS_RECORDED_PER_MINUTE) {
+    w.suppressed++;
+    return { record: false, suppressed: 0 };
+  }
+  w.recorded++;
+  const suppressed = w.suppressed;
+  w.suppressed = 0;
+  return { record: true, suppressed };
+}
+
 async function reject(deps: Deps, row: TriggerRow, reason: RejectReason, err: AppError, extra: Record<string, unknown> = {}): Promise<never> {
-  await withTx(recorderCtx(deps, row), (tx) =>
-    recordActivity(tx, {
-      resourceType: 'trigger',
-      resourceId: row.id,
-      eventType: 'trigger.rejected',
-      status: 'failed',
-      severity: 'warning',
-      title: `Trigger ${row.id} refused a request (${reason})`,
-      metadata: { reason, source: row.source, ...extra },
-    }),
-  ).catch((e) => deps.log.warn({ err: e, triggerId: row.id }, 'recording a refused trigger request failed'));
+  const budget = rejectionBudget(deps, row.id);
+  if (budget.record)
+    await withTx(recorderCtx(deps, row), (tx) =>
+      recordActivity(tx, {
+        resourceType: 'trigger',
+        resourceId: row.id,
+        eventType: 'trigger.rejected',
+        status: 'failed',
+        severity: 'warning',
+        title: `Trigger ${row.id} refused a request (${reason})`,
+        metadata: { reason, source: row.source, ...extra, ...(budget.suppressed ? { unrecordedBefore: budget.suppressed } : {}) },
+      }),
+    ).catch((e) => deps.log.warn({ err: e, triggerId: row.id }, 'recording a refused trigger request failed'));
   throw err;
 }
 

@@ -8,6 +8,7 @@ import { securitySuite } from '../../../test/security.js';
 import { type Ctx, withTx } from '../../platform/context.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
 import { registerDeploymentInvoker, startTriggerJobs, type DeploymentInvoker } from './index.js';
+import { REJECTIONS_RECORDED_PER_MINUTE } from './invoke.js';
 
 type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
 
@@ -248,6 +249,24 @@ describe('agent triggers', () => {
       });
       expect(JSON.stringify(ev)).not.toContain(t.secret);
       expect(JSON.stringify(ev)).not.toContain('"a":1');
+    });
+
+    it('a flood of refused requests is refused every time but records at most 10 a minute per trigger', async () => {
+      const t = await create({});
+      const body = '{"a":1}';
+      for (let i = 0; i < 25; i++) expectError(await invoke(t.id, body, { 'x-webhook-signature': 'abc' }), 401, 'unauthenticated');
+      const rejected = async (id: string) => {
+        const q = new URLSearchParams({ event_type: 'trigger.rejected', resource_type: 'trigger', resource_id: id, limit: '200' });
+        const res = await call(admin, 'GET', `/v1/activity?${q}`);
+        expect(res.statusCode, res.body).toBe(200);
+        return json(res).data.events as any[];
+      };
+      expect(await rejected(t.id)).toHaveLength(REJECTIONS_RECORDED_PER_MINUTE);
+      // Another trigger's budget is its own; and a signed request still fires.
+      const other = await create({});
+      expectError(await invoke(other.id, body), 401, 'unauthenticated');
+      expect(await rejected(other.id)).toHaveLength(1);
+      expect((await signedWebhook(t, body)).statusCode).toBe(202);
     });
 
     it('the Standard Webhooks scheme fires; the same webhook-id again is 409 replayed; an old timestamp is 401', async () => {
