@@ -28,7 +28,13 @@ import {
 } from './domains/channels/index.js';
 import { secretRoutes } from './domains/secrets/index.js';
 import { registerSessionActivity, sessionRoutes } from './domains/sessions/index.js';
-import { deploymentRoutes, registerDeploymentActivity, startDeploymentJobs, triggerInvoker } from './domains/deployments/index.js';
+import {
+  deploymentRoutes,
+  onDeploymentDeleted,
+  registerDeploymentActivity,
+  startDeploymentJobs,
+  triggerInvoker,
+} from './domains/deployments/index.js';
 import {
   nodeLoad,
   pauseRunningForBilling,
@@ -43,7 +49,13 @@ import { registerStorageActivity, storageRoutes } from './domains/storage/index.
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
 import { registerDeviceFrames, registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { startToolJobs, toolRoutes } from './domains/tools/index.js';
-import { registerDeploymentInvoker, registerTriggerActivity, startTriggerJobs, triggerRoutes } from './domains/triggers/index.js';
+import {
+  deleteTriggersOfDeployment,
+  registerDeploymentInvoker,
+  registerTriggerActivity,
+  startTriggerJobs,
+  triggerRoutes,
+} from './domains/triggers/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
@@ -191,8 +203,9 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerDeviceFrames(deps, deviceFrame);
   // A product end user (channels) finishes their own OAuth flows: oauth cannot import channels, which uses it.
   registerFlowOwners(deps, endUserFlowOwner);
-  // Triggers fire deployments (triggers cannot import deployments, which owns the invocations).
+  // Triggers fire deployments (triggers cannot import deployments, which owns the invocations), and go with them.
   registerDeploymentInvoker(deps, triggerInvoker);
+  onDeploymentDeleted(deps, deleteTriggersOfDeployment);
   // Revocations from every replica close this process's sockets of that credential.
   await deps.live.start();
   app.addHook('onClose', async () => deps.live.stop());

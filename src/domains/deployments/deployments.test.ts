@@ -137,6 +137,26 @@ describe('deployments', () => {
     await expectActivity(h, admin, { eventType: 'deployment.deleted', metadata: { apiSlug: 'crud-one' } });
   });
 
+  it('deleting a deployment deletes its triggers, each recorded as trigger.deleted; other deployments keep theirs', async () => {
+    const dep = await c.deploy(admin, { runtimeSlug: 'helper', apiSlug: 'doomed' });
+    const kept = await c.deploy(admin, { runtimeSlug: 'helper', apiSlug: 'kept' });
+    const t1 = await c.ok(admin, 'POST', '/v1/triggers', { deployment: 'doomed' }, 201);
+    const t2 = await c.ok(admin, 'POST', '/v1/triggers', { deployment: 'doomed', source: 'code_host', repo: 'acme/app' }, 201);
+    const t3 = await c.ok(admin, 'POST', '/v1/triggers', { deployment: 'kept' }, 201);
+    await c.ok(admin, 'GET', `/v1/triggers/${t1.id}`);
+    await c.ok(admin, 'DELETE', `/v1/deployments/${dep.id}`);
+    for (const t of [t1, t2]) {
+      expectError(await c.call(admin, 'GET', `/v1/triggers/${t.id}`), 404, 'not_found');
+      await expectActivity(h, admin, {
+        eventType: 'trigger.deleted',
+        resourceType: 'trigger',
+        resourceId: t.id,
+        metadata: { reason: 'deployment_deleted', deployment: dep.id },
+      });
+    }
+    expect((await c.ok(admin, 'GET', `/v1/triggers/${t3.id}`)).deployment).toBe(kept.id);
+  });
+
   it('runs an invocation as the invoker and delivers signed run.started and run.completed events', async () => {
     const dep = await c.deploy(admin, {
       runtimeSlug: 'helper',

@@ -1,3 +1,3 @@
 export { deploymentRoutes, registerDeploymentActivity } from './routes.js';
 export { startDeploymentJobs } from './jobs.js';
-export { triggerInvoker } from './service.js';
+export { type DeploymentDeletedHook, onDeploymentDeleted, triggerInvoker } from './service.js';

@@ -3,11 +3,12 @@
  * and a timeout, reporting its invocations' ends to a signed webhook. The verbs; the invocation job is runner.ts,
  * the webhook outbox webhooks.ts.
  */
-import type { Ctx } from '../../platform/context.js';
+import type { Ctx, Deps } from '../../platform/context.js';
 import { orgId, requireAnyScope, requireScope, withTx } from '../../platform/context.js';
 import { uniqueAs } from '../../platform/db/errors.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
+import { stateKey } from '../../platform/state.js';
 import { recordActivity } from '../activity/index.js';
 import { getAgent } from '../agents/index.js';
 import { getRun } from '../runs/index.js';
@@ -209,10 +210,20 @@ export async function updateDeployment(ctx: Ctx, idOrSlug: string, body: UpdateD
 }
 
 /** DELETE /v1/deployments/{id}: its invocations and deliveries go with it (runs already made stay). */
+/** What another domain does, in the deleting transaction, when a deployment it refers to is deleted. */
+export type DeploymentDeletedHook = (tx: Ctx, deploymentId: string) => Promise<void>;
+const DELETED_HOOKS = stateKey('deployments.deletedHooks', () => [] as DeploymentDeletedHook[]);
+
+/** Registered by app.ts: e.g. triggers delete theirs (with their own activity) when their deployment goes. */
+export function onDeploymentDeleted(deps: Deps, hook: DeploymentDeletedHook): void {
+  deps.state.get(DELETED_HOOKS).push(hook);
+}
+
 export async function deleteDeployment(ctx: Ctx, idOrSlug: string): Promise<void> {
   requireScope(ctx, 'deployments:write');
   const row = await deploymentRow(ctx, idOrSlug);
   await withTx(ctx, async (tx) => {
+    for (const hook of ctx.deps.state.get(DELETED_HOOKS)) await hook(tx, row.id);
     await repo.deleteDeploymentRow(tx, row.id);
     await recordActivity(tx, {
       resourceType: 'deployment',

@@ -216,6 +216,25 @@ export async function deleteTrigger(ctx: Ctx, id: string): Promise<void> {
 }
 
 /**
+ * In the deployment's deleting transaction (registered by app.ts with the deployments domain): its triggers go
+ * with it, each recorded as `trigger.deleted` with the reason. No scope of triggers is asked: deleting the
+ * deployment is what the caller was allowed to do, and a trigger cannot outlive what it fires.
+ */
+export async function deleteTriggersOfDeployment(tx: Ctx, deploymentId: string): Promise<void> {
+  for (const t of await repo.listTriggerRows(tx, deploymentId)) {
+    await recordActivity(tx, {
+      resourceType: 'trigger',
+      resourceId: t.id,
+      eventType: 'trigger.deleted',
+      status: 'succeeded',
+      title: `Trigger ${t.id} deleted with its deployment`,
+      metadata: { reason: 'deployment_deleted', deployment: deploymentId },
+    });
+    await repo.deleteTriggerRow(tx, t.id);
+  }
+}
+
+/**
  * Activity filters on `trigger` resources: triggers belong to the organization (the activity is already scoped to
  * it), so a caller who may read triggers may read their events, also after one was deleted.
  */
