@@ -3,11 +3,12 @@ import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectActivity } from '../../../test/activity.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, type Actor, type Harness } from '../../../test/harness.js';
-import { expectError } from '../../../test/helpers.js';
+import { expectError, until } from '../../../test/helpers.js';
 import { securitySuite } from '../../../test/security.js';
 import { type Ctx, withTx } from '../../platform/context.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
-import { registerDeploymentInvoker, startTriggerJobs, type DeploymentInvoker } from './index.js';
+import { registerDeploymentInvoker, type DeploymentInvoker } from './index.js';
+import { PRUNE_QUEUE } from './jobs.js';
 import { REJECTIONS_RECORDED_PER_MINUTE } from './invoke.js';
 
 type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
@@ -537,9 +538,14 @@ describe('agent triggers', () => {
       .set({ received_at: new Date(Date.now() - 8 * 24 * 3600 * 1000).toISOString() })
       .where('trigger_id', '=', gt.id)
       .execute();
-    const jobs = await startTriggerJobs(h.deps);
-    await jobs.stop();
-    expect((await invoke(gt.id, body, sign)).statusCode).toBe(202);
+    // The hourly schedule's job, as the engine runs it.
+    await h.deps.jobs.send(PRUNE_QUEUE, null);
+    await until('the old delivery id forgotten', async () => {
+      const res = await invoke(gt.id, body, sign);
+      return res.statusCode === 202 ? res : null;
+    });
+    const schedule = await h.deps.db.kysely.selectFrom('job_schedules').selectAll().where('name', '=', PRUNE_QUEUE).executeTakeFirst();
+    expect(schedule).toMatchObject({ cron: '23 * * * *', queue: PRUNE_QUEUE });
   });
 });
 
