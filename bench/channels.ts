@@ -35,7 +35,7 @@ import { Pool } from 'undici';
 import { FakeChatbot } from '../test/fakes/chatbot.js';
 import { FakeOpenAI } from '../test/fakes/openai.js';
 import { startInProcessHangar, stopInProcessHangar, type InProcessHangar } from './lib/in-process.js';
-import { table } from './lib/load.js';
+import { type LoadResult, openLoop, table } from './lib/load.js';
 
 export const description = 'messaging channels: webhook acknowledgement under open-loop load vs bare Fastify; message -> reply vs POST /v1/run';
 
@@ -80,51 +80,6 @@ async function startBare(): Promise<{ app: FastifyInstance; url: string }> {
   app.post('/webhook', async () => ({ ok: true }));
   await app.listen({ host: '127.0.0.1', port: 0 });
   return { app, url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}` };
-}
-
-interface LoadResult {
-  latencies: number[];
-  /** Requests that did not answer as expected. */
-  failed: number;
-  /** How late the sends were against the schedule (ms). */
-  maxLag: number;
-  seconds: number;
-}
-
-/**
- * Open loop: request i is sent at start + i / rate whatever the answers of the others (several in flight over
- * the pool's sockets); `send` resolves with the latency from its send to its full response, or null on failure.
- */
-async function openLoop(send: () => Promise<number | null>, rate: number, seconds: number): Promise<LoadResult> {
-  const n = Math.max(1, Math.round(rate * seconds));
-  const interval = 1000 / rate;
-  const latencies: number[] = [];
-  let failed = 0;
-  let maxLag = 0;
-  const inflight: Promise<void>[] = [];
-  const t0 = performance.now() + 2;
-  let i = 0;
-  while (i < n) {
-    const now = performance.now();
-    while (i < n && t0 + i * interval <= now) {
-      maxLag = Math.max(maxLag, now - (t0 + i * interval));
-      inflight.push(
-        send().then(
-          (ms) => {
-            if (ms === null) failed++;
-            else latencies.push(ms);
-          },
-          () => {
-            failed++;
-          },
-        ),
-      );
-      i++;
-    }
-    if (i < n) await sleep(Math.max(0, t0 + i * interval - performance.now()));
-  }
-  await Promise.all(inflight);
-  return { latencies, failed, maxLag, seconds: (performance.now() - t0) / 1000 };
 }
 
 type LoadTarget = 'bare' | 'hangar';

@@ -43,7 +43,7 @@ import { pgBossEngine } from '../src/platform/job-engine/pgboss.js';
 import type { JobEngine } from '../src/platform/job-engine/types.js';
 import { FakeOpenAI } from '../test/fakes/openai.js';
 import { startInProcessHangar, stopInProcessHangar, type InProcessHangar } from './lib/in-process.js';
-import { table } from './lib/load.js';
+import { type LoadResult, openLoop, table } from './lib/load.js';
 
 export const description =
   'signed trigger invokes under open-loop load vs a bare HMAC handler; job engine throughput (embedded on SQLite, pg-boss on PostgreSQL) against bare inserts';
@@ -95,51 +95,6 @@ async function startBare(secret: string): Promise<{ app: FastifyInstance; url: s
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   return { app, url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}` };
-}
-
-interface LoadResult {
-  latencies: number[];
-  /** Requests that did not answer as expected. */
-  failed: number;
-  /** How late the sends were against the schedule (ms). */
-  maxLag: number;
-  seconds: number;
-}
-
-/**
- * Open loop: request i is sent at start + i / rate whatever the answers of the others (several in flight over
- * the pool's sockets); `send` resolves with the latency from its send to its full response, or null on failure.
- */
-async function openLoop(send: () => Promise<number | null>, rate: number, seconds: number): Promise<LoadResult> {
-  const n = Math.max(1, Math.round(rate * seconds));
-  const interval = 1000 / rate;
-  const latencies: number[] = [];
-  let failed = 0;
-  let maxLag = 0;
-  const inflight: Promise<void>[] = [];
-  const t0 = performance.now() + 2;
-  let i = 0;
-  while (i < n) {
-    const now = performance.now();
-    while (i < n && t0 + i * interval <= now) {
-      maxLag = Math.max(maxLag, now - (t0 + i * interval));
-      inflight.push(
-        send().then(
-          (ms) => {
-            if (ms === null) failed++;
-            else latencies.push(ms);
-          },
-          () => {
-            failed++;
-          },
-        ),
-      );
-      i++;
-    }
-    if (i < n) await sleep(Math.max(0, t0 + i * interval - performance.now()));
-  }
-  await Promise.all(inflight);
-  return { latencies, failed, maxLag, seconds: (performance.now() - t0) / 1000 };
 }
 
 type Target = 'bare' | 'hangar';

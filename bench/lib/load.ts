@@ -2,6 +2,7 @@
  * Load generation with autocannon, from this (the parent) process, over loopback. Latencies are
  * recorded per response at sub-millisecond resolution (autocannon's own histogram is whole ms).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
 import type { ServerChild } from './child.js';
 
@@ -131,4 +132,49 @@ export function table(header: string[], rows: (string | number)[][]): string {
   const widths = header.map((_, i) => Math.max(...cells.map((r) => r[i]!.length)));
   const line = (r: string[]) => r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [line(cells[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...cells.slice(1).map(line)].join('\n');
+}
+
+export interface LoadResult {
+  latencies: number[];
+  /** Requests that did not answer as expected. */
+  failed: number;
+  /** How late the sends were against the schedule (ms). */
+  maxLag: number;
+  seconds: number;
+}
+
+/**
+ * Open loop: request i is sent at start + i / rate whatever the answers of the others (several in flight over
+ * the pool's sockets); `send` resolves with the latency from its send to its full response, or null on failure.
+ */
+export async function openLoop(send: () => Promise<number | null>, rate: number, seconds: number): Promise<LoadResult> {
+  const n = Math.max(1, Math.round(rate * seconds));
+  const interval = 1000 / rate;
+  const latencies: number[] = [];
+  let failed = 0;
+  let maxLag = 0;
+  const inflight: Promise<void>[] = [];
+  const t0 = performance.now() + 2;
+  let i = 0;
+  while (i < n) {
+    const now = performance.now();
+    while (i < n && t0 + i * interval <= now) {
+      maxLag = Math.max(maxLag, now - (t0 + i * interval));
+      inflight.push(
+        send().then(
+          (ms) => {
+            if (ms === null) failed++;
+            else latencies.push(ms);
+          },
+          () => {
+            failed++;
+          },
+        ),
+      );
+      i++;
+    }
+    if (i < n) await sleep(Math.max(0, t0 + i * interval - performance.now()));
+  }
+  await Promise.all(inflight);
+  return { latencies, failed, maxLag, seconds: (performance.now() - t0) / 1000 };
 }
