@@ -17,17 +17,6 @@ export function registerTriggerActivity(registry: ActivityRegistry): void {
 
 const originOf = (req: { protocol: string; host: string }) => `${req.protocol}://${req.host}`;
 
-/** The invoke body as received; its bytes are not enumerable, so the app's JSON depth check does not walk them. */
-class RawBody {
-  readonly #bytes: Buffer;
-  constructor(bytes: Buffer) {
-    this.#bytes = bytes;
-  }
-  get bytes(): Buffer {
-    return this.#bytes;
-  }
-}
-
 export async function triggerRoutes(app: App, deps: Deps) {
   app.post(
     '/v1/triggers',
@@ -126,7 +115,7 @@ export async function triggerRoutes(app: App, deps: Deps) {
   await app.register(async (scoped: App) => {
     const admitted = new WeakMap<object, TriggerRow>();
     scoped.removeAllContentTypeParsers();
-    scoped.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, new RawBody(body as Buffer)));
+    scoped.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
     scoped.post(
       '/v1/triggers/:triggerId/invoke',
       {
@@ -167,7 +156,8 @@ export async function triggerRoutes(app: App, deps: Deps) {
       },
       async (req, reply) => {
         const row = admitted.get(req)!;
-        const raw = req.body instanceof RawBody ? req.body.bytes : Buffer.alloc(0);
+        // The body as received (the app's depth check does not walk raw bodies): the signature covers these bytes.
+        const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
         const r = await invokeTrigger(deps, row, req.headers, raw);
         if ('challenge' in r) return reply.status(200).send({ challenge: r.challenge });
         return reply.status(r.status).send(ok(req, r.data));
