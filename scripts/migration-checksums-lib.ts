@@ -1,17 +1,16 @@
-// The committed checksum list of migration files (migrations/checksums.json: file name -> sha256), which
-// keeps migrations append-only: a database records a migration as applied by name, so a file changed after
-// it landed never runs again where it already ran. Used by test/migrations.test.ts and
-// `npm run migrations:checksums`.
+// The committed checksums of migration files, which keep migrations append-only: a database records a migration
+// as applied by name, so a file changed after it landed never runs again where it already ran. The checksums of
+// the migrations up to the frozen registry are in migrations/checksums.json (never edited again); each later one has
+// its own file, migrations/checksums/<file>.sha256, written once when it is added (ADR 0034), so adding a
+// migration edits no landed file. Used by test/migrations.test.ts and `npm run migrations:checksums`.
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { MIGRATION_FILE, migrationsDir } from '../src/platform/db/migrate.js';
 
-export const migrationsDir = fileURLToPath(new URL('../migrations/', import.meta.url));
-export const checksumsFile = fileURLToPath(new URL('../migrations/checksums.json', import.meta.url));
-
-/** A migration's file name: `<yyyymmdd>T<hhmm>_<what>.ts` (index.ts and checksums.json are not migrations). */
-export const MIGRATION_FILE = /^\d{8}T\d{4}_[a-z0-9_]+\.ts$/;
+export { MIGRATION_FILE, migrationsDir };
+export const checksumsFile = path.join(migrationsDir, 'checksums.json');
+export const checksumsDir = path.join(migrationsDir, 'checksums');
 
 export function migrationFiles(): string[] {
   return readdirSync(migrationsDir)
@@ -25,8 +24,21 @@ export function sha256(file: string): string {
     .digest('hex');
 }
 
+/** Every recorded checksum: the frozen list and the per-file ones. */
 export function readChecksums(): Record<string, string> {
-  return existsSync(checksumsFile) ? (JSON.parse(readFileSync(checksumsFile, 'utf8')) as Record<string, string>) : {};
+  const listed = existsSync(checksumsFile) ? (JSON.parse(readFileSync(checksumsFile, 'utf8')) as Record<string, string>) : {};
+  if (existsSync(checksumsDir)) {
+    for (const f of readdirSync(checksumsDir).filter((n) => n.endsWith('.sha256'))) {
+      listed[f.slice(0, -'.sha256'.length)] = readFileSync(path.join(checksumsDir, f), 'utf8').trim();
+    }
+  }
+  return listed;
+}
+
+/** Records a new migration's checksum in a file of its own. */
+export function recordChecksum(file: string): void {
+  mkdirSync(checksumsDir, { recursive: true });
+  writeFileSync(path.join(checksumsDir, `${file}.sha256`), `${sha256(file)}\n`);
 }
 
 export interface ChecksumProblems {
@@ -56,13 +68,13 @@ export function describeProblems(p: ChecksumProblems): string {
   if (p.changed.length || p.removed.length) {
     lines.push(
       'Migrations are append-only: a database that already ran a migration never runs it again, so an edit reaches only new databases.',
-      'Restore the file and add a new migration (migrations/<yyyymmdd>T<hhmm>_<what>.ts, listed in migrations/index.ts) instead of editing.',
+      'Restore the file and add a new migration (migrations/<yyyymmdd>T<hhmm>_<what>.ts) instead of editing.',
     );
   }
   if (p.unlisted.length) {
     lines.push(
-      `Not in migrations/checksums.json: ${p.unlisted.map((f) => `migrations/${f}`).join(', ')}.`,
-      'Add new migration files to the list with `npm run migrations:checksums`.',
+      `No recorded checksum: ${p.unlisted.map((f) => `migrations/${f}`).join(', ')}.`,
+      'Record new migration files with `npm run migrations:checksums` (migrations/checksums/<file>.sha256).',
     );
   }
   return lines.join('\n');
