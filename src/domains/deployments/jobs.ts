@@ -1,8 +1,8 @@
 import type { Deps } from '../../platform/context.js';
 import { nothingToStop, type Stoppable } from '../../platform/jobs.js';
 import { pendingWork } from './repo.js';
-import { INVOCATION_QUEUE, type InvocationJob, runInvocation } from './runner.js';
-import { attemptDelivery, SWEEP_AFTER_MS, sendDeliveryJob, sendOrLeaveForSweep, WEBHOOK_QUEUE, type WebhookJob } from './webhooks.js';
+import { INVOCATION_QUEUE, type InvocationJob, runInvocation, sendInvocationJob } from './runner.js';
+import { attemptDelivery, SWEEP_AFTER_MS, sendDeliveryJob, WEBHOOK_QUEUE, type WebhookJob } from './webhooks.js';
 
 export const SWEEP_QUEUE = 'deployments.sweep';
 /** Items a sweep sends at most (the next minute's sweep takes the rest). */
@@ -45,11 +45,7 @@ export async function startDeploymentJobs(deps: Deps): Promise<Stoppable> {
  */
 export async function resendPending(deps: Deps, o: { before?: string; limit?: number } = {}): Promise<void> {
   const pending = await pendingWork(deps.db.kysely, o);
-  for (const i of pending.invocations) {
-    await sendOrLeaveForSweep(deps, { invocationId: i.id }, () =>
-      deps.jobs.send(INVOCATION_QUEUE, { orgId: i.org_id, invocationId: i.id }, { key: i.id }),
-    );
-  }
+  for (const i of pending.invocations) await sendInvocationJob(deps, i.org_id, i.id);
   for (const d of pending.deliveries) {
     const delayMs = d.next_attempt_at ? Math.max(0, Date.parse(d.next_attempt_at) - Date.now()) : 0;
     await sendDeliveryJob(deps, { orgId: d.org_id, deliveryId: d.id, attempt: d.attempts + 1 }, delayMs);

@@ -13,7 +13,7 @@ import { CancelledError, startRun } from '../runs/index.js';
 import * as repo from './repo.js';
 import type { DeploymentRow, InvocationRow } from './repo.js';
 import type { InvocationStatus, WebhookEvent } from './schemas.js';
-import { enqueueDelivery, orgCtx, sendDeliveryJob, type WebhookJob } from './webhooks.js';
+import { enqueueDelivery, orgCtx, sendDeliveryJob, sendOrLeaveForSweep, type WebhookJob } from './webhooks.js';
 
 export const INVOCATION_QUEUE = 'deployments.invocation';
 /**
@@ -26,6 +26,10 @@ export interface InvocationJob {
   orgId: string;
   invocationId: string;
 }
+
+/** After commit: an invocation's first job (keyed by its id); a failed send is left to the sweep. */
+export const sendInvocationJob = (deps: Deps, orgId: string, invocationId: string): Promise<void> =>
+  sendOrLeaveForSweep(deps, { invocationId }, () => deps.jobs.send(INVOCATION_QUEUE, { orgId, invocationId }, { key: invocationId }));
 
 type RunOutcome = {
   status: Exclude<InvocationStatus, 'queued' | 'running'>;

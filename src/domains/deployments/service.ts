@@ -15,7 +15,7 @@ import { getRun } from '../runs/index.js';
 import { resolveTemplate } from '../templates/index.js';
 import * as repo from './repo.js';
 import type { AttemptRow, DeliveryRow, DeploymentRow, InvocationRow } from './repo.js';
-import { INVOCATION_QUEUE } from './runner.js';
+import { sendInvocationJob } from './runner.js';
 import type {
   CreateDeploymentBody,
   Delivery,
@@ -26,7 +26,7 @@ import type {
   PageQuery,
   UpdateDeploymentBody,
 } from './schemas.js';
-import { eventsOf, newSecret, redeliveryJob, sealSecret, sendDeliveryJob, sendOrLeaveForSweep } from './webhooks.js';
+import { eventsOf, newSecret, redeliveryJob, sealSecret, sendDeliveryJob } from './webhooks.js';
 
 const TERMINAL: readonly string[] = ['completed', 'failed', 'cancelled', 'timed_out'];
 
@@ -343,9 +343,8 @@ async function enqueueInvocation(
     });
     await o.alsoInTx?.(tx, id);
   });
-  await sendOrLeaveForSweep(ctx.deps, { invocationId: id }, () =>
-    ctx.deps.jobs.send(INVOCATION_QUEUE, { orgId: inv.org_id, invocationId: id }, { key: id }),
-  );
+  await sendInvocationJob(ctx.deps, inv.org_id, id);
+
   return inv;
 }
 
