@@ -5,12 +5,12 @@ import { ErrorBody, errorResponses, MetaSchema } from '../../platform/http/envel
 import type { App } from '../../platform/http/server.js';
 import { CancelledError } from './pool.js';
 import { ExecuteBody, ExecutionResult, IsolationInfo, Runtime } from './schemas.js';
-import { createExecutor, executeCode, listRuntimes } from './service.js';
+import { executeCode, listRuntimes, sharedExecutor } from './service.js';
 
 const tags = ['code execution'];
 
 export async function executeRoutes(app: App, deps: Deps) {
-  const executor = await createExecutor(deps);
+  const executor = await sharedExecutor(deps);
   app.addHook('onClose', () => executor.close());
 
   app.post(

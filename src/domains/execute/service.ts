@@ -23,6 +23,7 @@ import { CancelledError, Pool, type Slot } from './pool.js';
 import type { ExecuteBody, ExecutionResult, ExecutionStage, Runtime } from './schemas.js';
 import { WorkDirs } from './workdirs.js';
 import { hasControlChar } from '../../platform/text.js';
+import { stateKey } from '../../platform/state.js';
 
 const MIB = 1024 * 1024;
 /** Open files per sandbox: enough for compilers and JVMs, few enough to stop descriptor exhaustion. */
@@ -83,6 +84,18 @@ export async function createExecutor(deps: Pick<Deps, 'config' | 'isolation' | '
   const workDirs = new WorkDirs(deps.isolation, config.concurrency, deps.log);
   const pool = new Pool({ concurrency: config.concurrency, queue: config.queue, orgConcurrency: config.orgConcurrency, orgQueue: config.orgQueue });
   return { isolation: deps.isolation, config, pool, installed, workDirs, close: () => workDirs.close() };
+}
+
+const EXECUTOR = stateKey('execute.executor', () => ({ executor: null as Promise<Executor> | null }));
+
+/**
+ * The process's one executor (its pool is what keeps code execution fair between organizations, so the execute
+ * routes and workflows' code steps share it). The execute routes close it with the app.
+ */
+export function sharedExecutor(deps: Pick<Deps, 'config' | 'isolation' | 'log' | 'state'>): Promise<Executor> {
+  const slot = deps.state.get(EXECUTOR);
+  slot.executor ??= createExecutor(deps);
+  return slot.executor;
 }
 
 /** The installed languages and versions, in the registry's order, newest version first. */

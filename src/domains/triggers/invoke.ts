@@ -12,7 +12,7 @@ import { AppError, errors } from '../../platform/http/errors.js';
 import { jsonDepth, MAX_BODY_DEPTH } from '../../platform/http/json-depth.js';
 import { nowIso } from '../../platform/ids.js';
 import { scopesNow } from '../../platform/scopes.js';
-import { stateKey } from '../../platform/state.js';
+import { rejectionBudget } from '../../platform/rejections.js';
 import { recordActivity } from '../activity/index.js';
 import { membershipOf } from '../organizations/index.js';
 import * as repo from './repo.js';
@@ -20,7 +20,7 @@ import type { TriggerRow } from './repo.js';
 import type { InvokeResult, TriggerSource } from './schemas.js';
 import { deploymentInvoker, triggerSecret } from './service.js';
 import { verifySignature, type Headers } from './signatures.js';
-import { renderMessage } from './template.js';
+import { renderMessage } from '../../platform/template.js';
 
 /** The rendered prompt handed to the deployment is cut at this size. */
 export const MAX_PROMPT_BYTES = 1024 * 1024;
@@ -33,33 +33,8 @@ const recorderCtx = (deps: Deps, row: TriggerRow): Ctx =>
 
 /** Refusals recorded as activity per trigger per minute (per process); the rest are counted into the next one. */
 export const REJECTIONS_RECORDED_PER_MINUTE = 10;
-const REJECTIONS = stateKey('triggers.rejections', () => new Map<string, { windowStart: number; recorded: number; suppressed: number }>());
-
-/**
- * Whether this refusal is recorded, and how many were left unrecorded before it. Anyone who knows a trigger's URL can
- * send refused requests; without a cap each would write an activity row (a write flood from the open internet).
- */
-function rejectionBudget(deps: Deps, triggerId: string, now = Date.now()): { record: boolean; suppressed: number } {
-  const map = deps.state.get(REJECTIONS);
-  let w = map.get(triggerId);
-  if (!w || now - w.windowStart >= 60_000) {
-    if (map.size >= 10_000) for (const [id, old] of map) if (now - old.windowStart >= 60_000) map.delete(id);
-    const suppressed = w?.suppressed ?? 0;
-    w = { windowStart: now, recorded: 0, suppressed };
-    map.set(triggerId, w);
-  }
-  if (w.recorded >= REJECTIONS_RECORDED_PER_MINUTE) {
-    w.suppressed++;
-    return { record: false, suppressed: 0 };
-  }
-  w.recorded++;
-  const suppressed = w.suppressed;
-  w.suppressed = 0;
-  return { record: true, suppressed };
-}
-
 async function reject(deps: Deps, row: TriggerRow, reason: RejectReason, err: AppError, extra: Record<string, unknown> = {}): Promise<never> {
-  const budget = rejectionBudget(deps, row.id);
+  const budget = rejectionBudget(deps, `trigger:${row.id}`, REJECTIONS_RECORDED_PER_MINUTE);
   if (budget.record)
     await withTx(recorderCtx(deps, row), (tx) =>
       recordActivity(tx, {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { capBytes, renderMessage } from './template.js';
+import { capBytes, renderJson, renderMessage, renderTemplate, TemplateTooLargeError } from './template.js';
 
 describe('trigger message templates', () => {
   const payload = { issue: { title: 'Broken build', labels: ['bug', { name: 'p1' }] }, n: 3, ok: false, none: null };
@@ -37,5 +37,35 @@ describe('trigger message templates', () => {
     expect(capBytes('ééé', 3)).toBe('é');
     const big = renderMessage('{{payload}}'.repeat(1000), 'x'.repeat(10_000), 1024);
     expect(big.length).toBe(1024);
+  });
+});
+
+describe('templates over named roots (workflow steps)', () => {
+  const roots = { input: { user: { name: 'Ada' }, tags: ['a', 'b'] }, steps: { fetch: { output: { items: [1, 2], status: 200 } } } };
+
+  it('reads every root the caller names, and nothing else', () => {
+    expect(renderTemplate('{{input.user.name}} {{steps.fetch.output.status}} {{input.tags.1}}', roots, 1e6)).toBe('Ada 200 b');
+    expect(renderTemplate('[{{payload}}][{{env.HOME}}][{{steps.nope.output}}][{{__proto__}}][{{constructor}}]', roots, 1e6)).toBe('[][][][][]');
+  });
+
+  it('renders JSON values: a string that is one placeholder becomes the value itself, others become text', () => {
+    const out = renderJson(
+      {
+        items: '{{steps.fetch.output.items}}',
+        text: 'n={{steps.fetch.output.status}}',
+        missing: '{{input.gone}}',
+        list: ['{{input.user}}', 3, true, null],
+      },
+      roots,
+      1e6,
+    );
+    expect(out).toEqual({ items: [1, 2], text: 'n=200', missing: null, list: [{ name: 'Ada' }, 3, true, null] });
+  });
+
+  it('drops keys that could reach prototypes, and refuses a rendering over the limit', () => {
+    const out = renderJson(JSON.parse('{"__proto__":{"polluted":1},"ok":1}'), roots, 1e6) as Record<string, unknown>;
+    expect(Object.keys(out)).toEqual(['ok']);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(() => renderJson({ a: '{{input.tags}}'.repeat(100) }, roots, 50)).toThrow(TemplateTooLargeError);
   });
 });
