@@ -57,6 +57,7 @@ import {
   triggerRoutes,
 } from './domains/triggers/index.js';
 import { LocalBlobStore } from './platform/blobs/index.js';
+import { registerWorkflowActivity, startWorkflowJobs, workflowRoutes } from './domains/workflows/index.js';
 import { createBus } from './platform/bus/index.js';
 import type { Deps } from './platform/context.js';
 import { openDb } from './platform/db/index.js';
@@ -92,6 +93,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     sessionRoutes,
     triggerRoutes,
     deploymentRoutes,
+    workflowRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],
@@ -118,6 +120,7 @@ const SERVICE_JOBS: Record<ServiceName, StartJobs[]> = {
     startChannelJobs,
     startTriggerJobs,
     startDeploymentJobs,
+    startWorkflowJobs,
   ],
   auth: [startOAuthJobs],
   tools: [startToolJobs],
@@ -222,6 +225,7 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerSessionActivity(registry);
   registerTriggerActivity(registry);
   registerDeploymentActivity(registry);
+  registerWorkflowActivity(registry);
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }

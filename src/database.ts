@@ -1014,6 +1014,91 @@ export interface TriggerDeliveriesTable {
   received_at: string;
 }
 
+export interface WorkflowsTable {
+  id: string;
+  org_id: string;
+  slug: string;
+  name: string;
+  description: string | null;
+  /** The current version (the one a new run runs). */
+  version: number;
+  created_by_user_id: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface WorkflowVersionsTable {
+  workflow_id: string;
+  version: number;
+  org_id: string;
+  /** JSON array of steps. */
+  steps: string;
+  created_by_user_id: string;
+  created_at: string;
+}
+
+export interface WorkflowRunsTable {
+  id: string;
+  org_id: string;
+  workflow_id: string;
+  version: number;
+  /** queued | running | completed | failed | cancelled */
+  status: string;
+  /** JSON: the run's input (a trigger's payload). */
+  input: string;
+  trigger_id: string | null;
+  dedupe_key: string | null;
+  started_by_user_id: string;
+  /** JSON array: the starting credential's scopes. */
+  scopes: string;
+  step_index: number;
+  output: string | null;
+  error: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  updated_at: string;
+}
+
+export interface WorkflowStepRunsTable {
+  run_id: string;
+  idx: number;
+  org_id: string;
+  name: string;
+  type: string;
+  /** pending | running | completed | failed | skipped */
+  status: string;
+  attempts: number;
+  input: string | null;
+  output: string | null;
+  error: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  next_attempt_at: string | null;
+}
+
+export interface WorkflowTriggersTable {
+  id: string;
+  org_id: string;
+  workflow_id: string;
+  /** cron | webhook */
+  type: string;
+  name: string;
+  /** 1 or 0. */
+  enabled: number;
+  webhook_slug: string | null;
+  secret_ciphertext: string | null;
+  schedule: string | null;
+  timezone: string | null;
+  /** JSON: a cron trigger's run input (null: the default). */
+  input: string | null;
+  created_by_user_id: string;
+  scopes: string;
+  last_fired_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface ChannelLinksTable {
   id: string;
   org_id: string;
@@ -1058,6 +1143,11 @@ export interface Database {
   webhook_delivery_attempts: WebhookDeliveryAttemptsTable;
   triggers: TriggersTable;
   trigger_deliveries: TriggerDeliveriesTable;
+  workflows: WorkflowsTable;
+  workflow_versions: WorkflowVersionsTable;
+  workflow_runs: WorkflowRunsTable;
+  workflow_step_runs: WorkflowStepRunsTable;
+  workflow_triggers: WorkflowTriggersTable;
   runmesh_links: RunmeshLinksTable;
   runmesh_nodes: RunmeshNodesTable;
   runmesh_settings: RunmeshSettingsTable;

@@ -48,6 +48,9 @@ export const SCOPES = {
   'deployments:invoke': 'Invoke deployments (POST /v1/deployments/{id}/invoke)',
   'triggers:read': 'Read agent triggers',
   'triggers:write': 'Create, change, pause, resume and delete agent triggers',
+  'workflows:read': 'Read workflows, their versions, triggers and runs',
+  'workflows:write': 'Create, change and delete workflows and their triggers',
+  'workflows:run': 'Start and cancel workflow runs',
 } as const;
 
 /**

@@ -23,6 +23,7 @@ export const RESOURCE_TYPES = [
   'context_session',
   'deployment',
   'trigger',
+  'workflow',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 

@@ -26,7 +26,6 @@ import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
 import { driverErrorToAppError } from '../db/errors.js';
 import { bodyDepthProblem } from './json-depth.js';
-import { plannedFeature } from './planned.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -220,14 +219,6 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     if (allowed.length > 0) {
       reply.header('allow', allowed.join(', '));
       return sendError(req, reply, new AppError('method_not_allowed', `${req.method} is not allowed on ${pathOnly}; use ${allowed.join(', ')}`));
-    }
-    const planned = plannedFeature(pathOnly);
-    if (planned) {
-      return sendError(
-        req,
-        reply,
-        new AppError('not_implemented', `${planned} is not available in this version of Hangar; see README.md, "What is built"`),
-      );
     }
     return sendError(req, reply, new AppError('not_found', `no route ${req.method} ${pathOnly}`));
   });

@@ -1,0 +1,2 @@
+export { workflowRoutes, registerWorkflowActivity } from './routes.js';
+export { startWorkflowJobs } from './jobs.js';
