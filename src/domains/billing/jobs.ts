@@ -1,5 +1,5 @@
 import { exec, systemCtx, withTx, type Deps } from '../../platform/context.js';
-import { every, nothingToStop, type Stoppable } from '../../platform/jobs.js';
+import { every, nothingToStop, recurring, type Stoppable } from '../../platform/jobs.js';
 import { storageOrgs, takeStorageByteSeconds } from '../storage/index.js';
 import { enforceCreditGrace, graceSweepMs } from './grace.js';
 import { recordUsage, settleAfterCommit, settleUsage } from './meter.js';
@@ -12,7 +12,7 @@ import { resumeStaleAutoTopups } from './topups.js';
  * due is charged at once, and then swept every HANGAR_BILLING_SETTLE_MS. Running sandboxes' pending charges are
  * re-estimated (and split at the end of a billing period) every HANGAR_BILLING_RUNTIME_UPDATE_MS (runtime.ts);
  * workspace storage is charged every HANGAR_BILLING_STORAGE_CHARGE_MS; auto top-ups a crash left pending are
- * finished every minute (auto top-up itself is after-charge work that app.ts registers in every process).
+ * finished every minute (these three on the job engine, once per tick across replicas, where the period allows) (auto top-up itself is after-charge work that app.ts registers in every process).
  */
 export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
   loadPlans(deps);
@@ -23,11 +23,14 @@ export async function startBillingJobs(deps: Deps): Promise<Stoppable> {
     }
   };
   await sweep();
+  const { billing } = deps.config;
   const jobs: Stoppable[] = [
-    every(deps, deps.config.billing.settleMs, 'billing sweep', sweep),
-    every(deps, deps.config.billing.runtimeUpdateMs, 'runtime estimate', () => refreshRuntime(deps)),
-    every(deps, deps.config.billing.storageChargeMs, 'storage charge', () => chargeStorageUsage(deps)),
-    every(deps, 60_000, 'stale auto top-ups', () => resumeStaleAutoTopups(deps)),
+    // A backstop of the charges made after each commit, every few seconds: a per-process timer (ADR 0032).
+    every(deps, billing.settleMs, 'billing sweep', sweep),
+    // Installation-wide rounds: once per tick across replicas on the job engine (recurring).
+    await recurring(deps, 'billing.runtime_estimate', billing.runtimeUpdateMs, () => refreshRuntime(deps)),
+    await recurring(deps, 'billing.storage_charge', billing.storageChargeMs, () => chargeStorageUsage(deps), { timeoutMs: 60 * 60_000 }),
+    await recurring(deps, 'billing.stale_auto_topups', 60_000, () => resumeStaleAutoTopups(deps)),
   ];
   return {
     async stop() {

@@ -1,5 +1,5 @@
 import type { Deps } from '../../platform/context.js';
-import { every, type Stoppable } from '../../platform/jobs.js';
+import { recurring, type Stoppable } from '../../platform/jobs.js';
 import { sweepFlows } from './repo.js';
 
 const SWEEP_EVERY_MS = 10 * 60 * 1000;
@@ -8,5 +8,6 @@ const SWEEP_EVERY_MS = 10 * 60 * 1000;
 export async function startOAuthJobs(deps: Deps): Promise<Stoppable> {
   const sweep = () => sweepFlows(deps, new Date(Date.now() - 60 * 60 * 1000).toISOString());
   await sweep().catch((err) => deps.log.warn({ err }, 'sweeping OAuth flows failed'));
-  return every(deps, SWEEP_EVERY_MS, 'sweeping OAuth flows', sweep);
+  // Every ten minutes, once across replicas (the job engine's schedule).
+  return recurring(deps, 'oauth.flow_sweep', SWEEP_EVERY_MS, sweep);
 }
