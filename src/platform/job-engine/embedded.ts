@@ -41,7 +41,8 @@ export function embeddedEngine(
   let timer: NodeJS.Timeout | null = null;
   let sweeper: NodeJS.Timeout | null = null;
   let polling: Promise<void> | null = null;
-  let again = false;
+  /** Queues to look at in the next poll ('all': every queue, as the timer asks). */
+  let wanted: Set<string> | 'all' | null = null;
 
   const queueOpts = (queue: string) => workers.get(queue)?.opts ?? DEFAULT_QUEUE;
 
@@ -118,8 +119,9 @@ export function embeddedEngine(
       .execute();
   }
 
-  async function pollOnce(): Promise<void> {
+  async function pollOnce(only: ReadonlySet<string> | null): Promise<void> {
     for (const [queue, w] of workers) {
+      if (only && !only.has(queue)) continue;
       const free = w.opts.concurrency - w.running;
       if (free <= 0 || stopping) continue;
       const rows = await claim(queue, w, free);
@@ -131,27 +133,32 @@ export function embeddedEngine(
           .finally(() => {
             w.running--;
             running.delete(row.id);
-            poke();
+            poke(row.queue);
           });
         running.set(row.id, { controller, done });
       }
     }
   }
 
-  function poke() {
+  /**
+   * Polls `queue` (a job was sent to it or one of its slots came free), or every queue: a send looks only at its own
+   * queue, so the cost of a send does not grow with the number of queues declared.
+   */
+  function poke(queue?: string) {
     if (!started || stopping) return;
-    if (polling) {
-      again = true;
-      return;
-    }
-    polling = pollOnce()
+    wanted = queue === undefined || wanted === 'all' ? 'all' : (wanted ?? new Set<string>()).add(queue);
+    drain();
+  }
+
+  function drain() {
+    if (polling || !wanted || !started || stopping) return;
+    const which = wanted;
+    wanted = null;
+    polling = pollOnce(which === 'all' ? null : which)
       .catch((err) => log.warn({ err }, 'job engine: polling failed'))
       .finally(() => {
         polling = null;
-        if (again) {
-          again = false;
-          poke();
-        }
+        drain();
       });
   }
 
@@ -160,7 +167,7 @@ export function embeddedEngine(
 
     async work(queue, handler, o = {}) {
       workers.set(queue, { handler: handler as JobHandler<unknown>, opts: { ...DEFAULT_QUEUE, ...o }, running: 0 });
-      poke();
+      poke(queue);
     },
 
     async send(queue, data, o = {}) {
@@ -188,7 +195,7 @@ export function embeddedEngine(
         if (o.key && isUniqueViolation(err)) return null;
         throw err;
       }
-      if (!o.delayMs) poke();
+      if (!o.delayMs) poke(queue);
       return id;
     },
 
@@ -214,7 +221,7 @@ export function embeddedEngine(
         .where('state', '=', 'active')
         .execute();
       started = true;
-      timer = setInterval(poke, pollMs);
+      timer = setInterval(() => poke(), pollMs);
       timer.unref();
       const sweep = () =>
         void db
