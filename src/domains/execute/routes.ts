@@ -5,13 +5,13 @@ import { ErrorBody, errorResponses, MetaSchema } from '../../platform/http/envel
 import type { App } from '../../platform/http/server.js';
 import { CancelledError } from './pool.js';
 import { ExecuteBody, ExecutionResult, IsolationInfo, Runtime } from './schemas.js';
-import { executeCode, listRuntimes, sharedExecutor } from './service.js';
+import { closeSharedExecutor, executeCode, listRuntimes, sharedExecutor } from './service.js';
 
 const tags = ['code execution'];
 
 export async function executeRoutes(app: App, deps: Deps) {
   const executor = await sharedExecutor(deps);
-  app.addHook('onClose', () => executor.close());
+  app.addHook('onClose', () => closeSharedExecutor(deps));
 
   app.post(
     '/v1/execute',

@@ -86,16 +86,30 @@ export async function createExecutor(deps: Pick<Deps, 'config' | 'isolation' | '
   return { isolation: deps.isolation, config, pool, installed, workDirs, close: () => workDirs.close() };
 }
 
-const EXECUTOR = stateKey('execute.executor', () => ({ executor: null as Promise<Executor> | null }));
+const EXECUTORS = stateKey('execute.executors', () => new WeakMap<Isolation, Promise<Executor>>());
 
 /**
- * The process's one executor (its pool is what keeps code execution fair between organizations, so the execute
- * routes and workflows' code steps share it). The execute routes close it with the app.
+ * The process's one executor for its sandbox layer (its pool is what keeps code execution fair between
+ * organizations, so the execute routes and workflows' code steps share it). The execute routes close it with the app
+ * (closeSharedExecutor), so an app built again on the same collaborators gets a fresh one.
  */
 export function sharedExecutor(deps: Pick<Deps, 'config' | 'isolation' | 'log' | 'state'>): Promise<Executor> {
-  const slot = deps.state.get(EXECUTOR);
-  slot.executor ??= createExecutor(deps);
-  return slot.executor;
+  const executors = deps.state.get(EXECUTORS);
+  let executor = executors.get(deps.isolation);
+  if (!executor) {
+    executor = createExecutor(deps);
+    executors.set(deps.isolation, executor);
+    executor.catch(() => executors.delete(deps.isolation));
+  }
+  return executor;
+}
+
+export async function closeSharedExecutor(deps: Pick<Deps, 'isolation' | 'state'>): Promise<void> {
+  const executors = deps.state.get(EXECUTORS);
+  const executor = executors.get(deps.isolation);
+  if (!executor) return;
+  executors.delete(deps.isolation);
+  await (await executor).close();
 }
 
 /** The installed languages and versions, in the registry's order, newest version first. */
