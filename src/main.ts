@@ -92,7 +92,8 @@ async function init(config: Config, opts: { json: boolean; email?: string; name?
       console.log(`Default project       ${result.projectId}`);
       console.log(`Personal workspace    ${result.workspaceId}`);
       console.log(`Admin API key         ${result.apiKey}`);
-      console.log('\nThe key is shown once. Try: curl -H "X-API-Key: <key>" http://127.0.0.1:8080/v1/me');
+      // The address the server will answer on: HANGAR_BASE_URL when set, else HOST and PORT (0.0.0.0 reached as 127.0.0.1).
+      console.log(`\nThe key is shown once. Try: curl -H "X-API-Key: <key>" ${config.publicBaseUrl ?? config.urls.orchestrator}/v1/me`);
     }
   });
 }

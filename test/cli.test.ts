@@ -37,6 +37,27 @@ describe('hangar CLI', () => {
 
   let init: { userId: string; orgId: string; apiKey: string; projectId: string; workspaceId: string };
 
+  it('init suggests a request to the address the server will really use (PORT, HOST, HANGAR_BASE_URL)', () => {
+    const fresh = (extra: Record<string, string>) => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'hangar-cli-init-'));
+      try {
+        const { DATABASE_URL: _, ...sqlite } = env;
+        const r = spawnSync(process.execPath, [BIN, 'init'], {
+          env: { ...sqlite, HANGAR_DATA_DIR: dir, ...extra },
+          encoding: 'utf8',
+          timeout: 30_000,
+        });
+        expect(r.status, r.stderr).toBe(0);
+        return r.stdout;
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    };
+    expect(fresh({ PORT: '9191', HOST: '0.0.0.0' })).toContain('curl -H "X-API-Key: <key>" http://127.0.0.1:9191/v1/me');
+    expect(fresh({ PORT: '8088', HOST: '127.0.0.5' })).toContain('http://127.0.0.5:8088/v1/me');
+    expect(fresh({ HANGAR_BASE_URL: 'https://hangar.example.com' })).toContain('https://hangar.example.com/v1/me');
+  });
+
   it('init --json prints exactly the ids and key, and a second init refuses and changes nothing', () => {
     const first = run(['init', '--json']);
     expect(first.status, first.stderr).toBe(0);
