@@ -242,6 +242,23 @@ describeNeeding(isolationNeed(isolation), 'execute: every language', () => {
   );
 
   itNeeding(
+    toolchainNeed('java', installed.get(findLanguage('java')!)),
+    'java: the class declaring main runs, not a nested record or class declared before it (issue 23)',
+    async () => {
+      const body = await run({
+        language: 'java',
+        code: 'public class Main {\n  record Pair(int a, int b) {}\n  static class Box { int n = 2; }\n  public static void main(String[] args) {\n    System.out.println(new Pair(1, new Box().n));\n  }\n}\n',
+      });
+      expect(body.run).toMatchObject({ stdout: 'Pair[a=1, b=2]\n', code: 0 });
+      const nested = await run({
+        language: 'java',
+        code: 'public class Outer {\n  static class Inner { public static void main(String[] a) { System.out.println("inner"); } }\n}\n',
+      });
+      expect(nested.run).toMatchObject({ stdout: 'inner\n', code: 0 });
+    },
+  );
+
+  itNeeding(
     toolchainNeed('typescript', installed.get(findLanguage('typescript')!)),
     'typescript: modules beside the entry, and top-level await',
     async () => {

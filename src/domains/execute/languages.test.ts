@@ -36,6 +36,14 @@ describe('language registry', () => {
       mainClass: 'Main',
     });
     expect(javaEntry('/* no main */ public class Lib {}')).toEqual({ pkg: null, publicType: 'Lib', mainClass: 'Lib' });
+    // A nested record or class declared before main is not the main class (issue 23); a sibling that ends before it neither.
+    expect(
+      javaEntry(
+        'public class Main {\n  record Pair(int a, int b) {}\n  static class Box<T> { T t; }\n  public static void main(String[] args) { System.out.println(new Pair(1, 2)); }\n}',
+      ),
+    ).toEqual({ pkg: null, publicType: 'Main', mainClass: 'Main' });
+    expect(javaEntry('class Helper { void x() {} }\nclass App { public static void main(String[] a) {} }').mainClass).toBe('App');
+    expect(javaEntry('public class Outer {\n  static class Inner { public static void main(String[] a) {} }\n}').mainClass).toBe('Outer$Inner');
     expect(javaEntry('interface I {}')).toEqual({ pkg: null, publicType: null, mainClass: null });
   });
 });

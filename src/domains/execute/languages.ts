@@ -521,6 +521,16 @@ function stripJava(src: string): string {
   return src.replace(/\/\*[\s\S]*?\*\/|\/\/[^\n]*|"""[\s\S]*?"""|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'/g, (m) => m.replace(/[^\n]/g, ' '));
 }
 
+/** The index of the `}` closing the `{` at `open` (the source's end when it is not closed). */
+function closingBrace(src: string, open: number): number {
+  let depth = 0;
+  for (let i = open; i < src.length; i++) {
+    if (src[i] === '{') depth++;
+    else if (src[i] === '}' && --depth === 0) return i;
+  }
+  return src.length;
+}
+
 /** The entry file's package, its public top-level type, and the class holding `main`. */
 export function javaEntry(source: string): { pkg: string | null; publicType: string | null; mainClass: string | null } {
   const src = stripJava(source);
@@ -531,8 +541,15 @@ export function javaEntry(source: string): { pkg: string | null; publicType: str
   const mainAt = src.search(/\bstatic\s+(?:(?:public|final|synchronized)\s+)*void\s+main\s*\(|\bvoid\s+main\s*\(/);
   let mainClass: string | null = null;
   if (mainAt >= 0) {
-    const before = [...src.slice(0, mainAt).matchAll(/\b(?:class|interface|enum|record)\s+([A-Za-z_$][\w$]*)/g)];
-    mainClass = before.at(-1)?.[1] ?? null;
+    // The types whose bodies enclose `main`, outermost first (a nested record or class declared before `main` does
+    // not): `Outer$Inner` when `main` is in a nested type, as the JVM names it.
+    const enclosing: string[] = [];
+    for (const d of src.slice(0, mainAt).matchAll(/\b(?:class|interface|enum|record)\s+([A-Za-z_$][\w$]*)/g)) {
+      const open = src.indexOf('{', d.index + d[0].length);
+      if (open < 0 || open > mainAt) continue;
+      if (closingBrace(src, open) > mainAt) enclosing.push(d[1]!);
+    }
+    mainClass = enclosing.length ? enclosing.join('$') : null;
   }
   return { pkg, publicType, mainClass: mainClass ?? publicType };
 }
