@@ -4,11 +4,10 @@
  * the deployment's timeout, and records the end with its webhook deliveries in the same transaction.
  */
 import type { Ctx, Deps } from '../../platform/context.js';
-import { systemCtx, withTx } from '../../platform/context.js';
+import { withTx } from '../../platform/context.js';
 import { nowIso } from '../../platform/ids.js';
-import { scopesNow } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
-import { membershipOf } from '../organizations/index.js';
+import { laterMemberCtx } from '../organizations/index.js';
 import { CancelledError, startRun } from '../runs/index.js';
 import * as repo from './repo.js';
 import type { DeploymentRow, InvocationRow } from './repo.js';
@@ -60,18 +59,9 @@ const payloadOf = (dep: DeploymentRow, inv: InvocationRow, o: Partial<Omit<RunOu
 });
 
 /** The invoker's context in the deployment's organization (the invoking credential's scopes within their role's now), or null for a former member. */
-async function invokerCtx(deps: Deps, inv: InvocationRow): Promise<Ctx | null> {
-  const membership = await membershipOf(deps, inv.created_by_user_id, inv.org_id);
-  if (!membership) return null;
-  return systemCtx(deps, {
-    kind: 'session',
-    userId: inv.created_by_user_id,
-    orgId: inv.org_id,
-    role: membership.role,
-    // Invoking a deployment is running its agent: agent:run is implied, everything else is the credential's own.
-    scopes: scopesNow(membership.role, [...(JSON.parse(inv.scopes) as string[]), 'agent:run']),
-    apiKeyId: null,
-  });
+function invokerCtx(deps: Deps, inv: InvocationRow): Promise<Ctx | null> {
+  // Invoking a deployment is running its agent: agent:run is implied, everything else is the credential's own.
+  return laterMemberCtx(deps, inv.created_by_user_id, inv.org_id, [...(JSON.parse(inv.scopes) as string[]), 'agent:run']);
 }
 
 /** Takes a slot: true when the invocation is now `running`. */

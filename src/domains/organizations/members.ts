@@ -1,6 +1,6 @@
-import { exec, orgId, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
+import { exec, orgId, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
-import type { Role } from '../../platform/scopes.js';
+import { scopesNow, type Role } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import { INVITED_ISSUER, revokeMemberKeys, userForEmail, userProfiles } from '../identity/index.js';
 import type { Member } from './schemas.js';
@@ -163,6 +163,23 @@ export async function membershipOf(deps: Deps, userId: string, org?: string): Pr
   if (org) q = q.where('org_id', '=', org);
   const m = await q.orderBy('created_at').orderBy('org_id').limit(1).executeTakeFirst();
   return m ? { orgId: m.org_id, role: m.role as Role } : null;
+}
+
+/**
+ * Work done later for a member (a queued deployment invocation, a trigger firing, a workflow step): their context in
+ * `org` with the scopes the asking credential held, within what their role grants now (a demotion or a narrower key
+ * both narrow it); null when they are no longer a member.
+ */
+export async function laterMemberCtx(
+  deps: Deps,
+  userId: string,
+  org: string,
+  granted: readonly string[],
+  kind: 'session' | 'system' = 'session',
+): Promise<Ctx | null> {
+  const m = await membershipOf(deps, userId, org);
+  if (!m) return null;
+  return systemCtx(deps, { kind, userId, orgId: org, role: m.role, scopes: scopesNow(m.role, granted), apiKeyId: null });
 }
 
 /**

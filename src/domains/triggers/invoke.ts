@@ -11,10 +11,9 @@ import { isUniqueViolation } from '../../platform/db/errors.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { jsonDepth, MAX_BODY_DEPTH } from '../../platform/http/json-depth.js';
 import { nowIso } from '../../platform/ids.js';
-import { scopesNow } from '../../platform/scopes.js';
 import { rejectionBudget } from '../../platform/rejections.js';
 import { recordActivity } from '../activity/index.js';
-import { membershipOf } from '../organizations/index.js';
+import { laterMemberCtx } from '../organizations/index.js';
 import * as repo from './repo.js';
 import type { TriggerRow } from './repo.js';
 import type { InvokeResult, TriggerSource } from './schemas.js';
@@ -118,16 +117,8 @@ export async function recordTooLarge(deps: Deps, triggerId: string): Promise<voi
 }
 
 /** The member who created the trigger: the creating credential's scopes within their role now; null when no longer in the organization. */
-async function creatorCtx(deps: Deps, row: TriggerRow): Promise<Ctx | null> {
-  const m = await membershipOf(deps, row.created_by_user_id, row.org_id);
-  if (!m) return null;
-  return systemCtx(deps, {
-    userId: row.created_by_user_id,
-    orgId: row.org_id,
-    role: m.role,
-    scopes: scopesNow(m.role, JSON.parse(row.scopes) as string[]),
-    apiKeyId: null,
-  });
+function creatorCtx(deps: Deps, row: TriggerRow): Promise<Ctx | null> {
+  return laterMemberCtx(deps, row.created_by_user_id, row.org_id, JSON.parse(row.scopes) as string[], 'system');
 }
 
 const NOT_JSON = Symbol('not json');

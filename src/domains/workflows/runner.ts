@@ -9,9 +9,8 @@
 import type { Ctx, Deps } from '../../platform/context.js';
 import { systemCtx, withTx } from '../../platform/context.js';
 import { nowIso } from '../../platform/ids.js';
-import { scopesNow } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
-import { membershipOf } from '../organizations/index.js';
+import { laterMemberCtx } from '../organizations/index.js';
 import * as repo from './repo.js';
 import type { RunRow, StepRunRow, WorkflowRow } from './repo.js';
 import type { Step } from './schemas.js';
@@ -50,18 +49,8 @@ export const retryDelayMs = (attempt: number, random = Math.random): number => {
 };
 
 /** The run's starter in its organization (their credential's scopes within their role now), or null for a former member. */
-async function starterCtx(deps: Deps, run: RunRow): Promise<Ctx | null> {
-  const m = await membershipOf(deps, run.started_by_user_id, run.org_id);
-  if (!m) return null;
-  return systemCtx(deps, {
-    kind: 'session',
-    userId: run.started_by_user_id,
-    orgId: run.org_id,
-    role: m.role,
-    scopes: scopesNow(m.role, JSON.parse(run.scopes) as string[]),
-    apiKeyId: null,
-  });
-}
+const starterCtx = (deps: Deps, run: RunRow): Promise<Ctx | null> =>
+  laterMemberCtx(deps, run.started_by_user_id, run.org_id, JSON.parse(run.scopes) as string[]);
 
 /** `input` (and its alias `payload`) and `steps.<name>.output` of the steps completed before `index`. */
 function rootsOf(run: RunRow, rows: StepRunRow[], index: number) {
