@@ -19,6 +19,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startServer, type ServerChild } from './lib/child.js';
 import { table } from './lib/load.js';
+import type { Aim, BenchOutcome } from './lib/results.js';
 import type { HangarInfo } from './servers/hangar.js';
 
 export const description =
@@ -166,7 +167,7 @@ async function throughput(fn: (worker: number) => Promise<string>, expected: str
   return done / ((performance.now() - t0) / 1000);
 }
 
-export async function run(argv: string[]): Promise<string> {
+export async function run(argv: string[]): Promise<BenchOutcome> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -207,6 +208,8 @@ export async function run(argv: string[]): Promise<string> {
 
     const rows: (string | number)[][] = [];
     const summary: string[] = [];
+    const figures: Record<string, number> = {};
+    const aims: Aim[] = [];
     let met = true;
     for (const c of cases) {
       // One directory per concurrent bare worker: a compiled binary is rewritten on every execution.
@@ -233,7 +236,8 @@ export async function run(argv: string[]): Promise<string> {
       const ma = median(lat.api);
       const overhead = ma - mb;
       const ratio = apiRate / bareAvg;
-      met &&= overhead <= OVERHEAD_AIM_MS && ratio >= THROUGHPUT_AIM;
+      // The issue's aims are for Python hello world; C (compile and run) is reported beside.
+      if (c.name === 'python') met &&= overhead <= OVERHEAD_AIM_MS && ratio >= THROUGHPUT_AIM;
       rows.push([`${c.name} bare spawn`, mb.toFixed(1), p90(lat.bare).toFixed(1), '', '', bareAvg.toFixed(1), '']);
       rows.push([
         `${c.name} POST /v1/execute`,
@@ -248,12 +252,26 @@ export async function run(argv: string[]): Promise<string> {
         `  ${c.name}: median ${mb.toFixed(1)} ms bare, ${ma.toFixed(1)} ms API (overhead ${overhead.toFixed(1)} ms, aim <= ${OVERHEAD_AIM_MS}: ${overhead <= OVERHEAD_AIM_MS ? 'met' : 'NOT met'}); ` +
           `${bareAvg.toFixed(1)}/s bare, ${apiRate.toFixed(1)}/s API at concurrency ${workers} (ratio ${ratio.toFixed(2)}, aim >= ${THROUGHPUT_AIM}: ${ratio >= THROUGHPUT_AIM ? 'met' : 'NOT met'})`,
       );
+      Object.assign(figures, {
+        [`${c.name}.bare_median_ms`]: mb,
+        [`${c.name}.api_median_ms`]: ma,
+        [`${c.name}.overhead_ms`]: overhead,
+        [`${c.name}.latency_ratio`]: ma / mb,
+        [`${c.name}.bare_exec_per_s`]: bareAvg,
+        [`${c.name}.api_exec_per_s`]: apiRate,
+        [`${c.name}.throughput_ratio`]: ratio,
+      });
+      if (c.name === 'python')
+        aims.push(
+          { name: `${c.name} overhead`, figure: `${c.name}.overhead_ms`, target: `<= ${OVERHEAD_AIM_MS} ms`, met: overhead <= OVERHEAD_AIM_MS },
+          { name: `${c.name} throughput`, figure: `${c.name}.throughput_ratio`, target: `>= ${THROUGHPUT_AIM}`, met: ratio >= THROUGHPUT_AIM },
+        );
       summary.push(`${c.name} overhead ${overhead.toFixed(1)} ms (x${(ma / mb).toFixed(2)}), throughput ratio ${ratio.toFixed(2)}`);
     }
     console.log('');
     console.log(table(['target', 'median ms', 'p90 ms', 'overhead ms', 'latency ratio', `exec/s @${workers}`, 'throughput ratio'], rows));
-    console.log(`\naims (overhead <= ${OVERHEAD_AIM_MS} ms, throughput >= ${THROUGHPUT_AIM} of bare): ${met ? 'met' : 'NOT met'}`);
-    return `execute: ${summary.join('; ')}`;
+    console.log(`\naims for python (overhead <= ${OVERHEAD_AIM_MS} ms, throughput >= ${THROUGHPUT_AIM} of bare): ${met ? 'met' : 'NOT met'}`);
+    return { summary: `execute: ${summary.join('; ')}`, figures, aims };
   } finally {
     agent.destroy();
     if (hangar) await hangar.stop();

@@ -22,6 +22,7 @@ import { bootstrapOrganization } from '../src/domains/organizations/index.js';
 import { liveNodes } from '../src/platform/nodes/index.js';
 import type { Deps } from '../src/platform/context.js';
 import type { App } from '../src/platform/http/server.js';
+import type { BenchOutcome } from './lib/results.js';
 
 export const description = 'a sandbox command sent to a replica that forwards it to the sandbox’s node vs sent to that node';
 
@@ -49,7 +50,7 @@ function post(url: string, key: string, body: unknown): Promise<{ status: number
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 const p90 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(0.9 * xs.length) - 1)]!;
 
-export async function run(argv: string[]): Promise<string> {
+export async function run(argv: string[]): Promise<BenchOutcome> {
   const { values } = parseArgs({ args: argv, options: { requests: { type: 'string', default: '200' } }, strict: true });
   const n = Number(values.requests);
   const schema = `bench_${randomBytes(6).toString('hex')}`;
@@ -116,7 +117,15 @@ export async function run(argv: string[]): Promise<string> {
     console.log(`forwarded via A      median ${fmt(median(forwarded))}  p90 ${fmt(p90(forwarded))}`);
     const ratio = median(forwarded) / median(direct);
     console.log(`ratio forwarded/direct ${ratio.toFixed(2)} (+${fmt(median(forwarded) - median(direct))} per hop)`);
-    return `forwarding: exec median ${fmt(median(forwarded))} forwarded vs ${fmt(median(direct))} direct, ratio ${ratio.toFixed(2)}`;
+    return {
+      summary: `forwarding: exec median ${fmt(median(forwarded))} forwarded vs ${fmt(median(direct))} direct, ratio ${ratio.toFixed(2)}`,
+      figures: {
+        'direct.median_ms': median(direct),
+        'forwarded.median_ms': median(forwarded),
+        'forwarded.added_ms': median(forwarded) - median(direct),
+        'forwarded.latency_ratio': ratio,
+      },
+    };
   } finally {
     for (const node of nodes)
       for (const id of (await node.deps.sandboxes.list().catch(() => new Map())).keys()) await node.deps.sandboxes.destroy(id).catch(() => undefined);

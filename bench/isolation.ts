@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createIsolation, type Isolation, type Limits } from '../src/platform/isolation/index.js';
+import type { BenchOutcome } from './lib/results.js';
 
 export const description = 'a sandboxed /bin/true (run, and createWorkDir+run+dispose) vs a bare spawn: median overhead';
 
@@ -60,7 +61,7 @@ const median = (xs: number[]) => {
 };
 const ms = (x: number) => `${x.toFixed(2)} ms`;
 
-export async function run(args: string[]): Promise<string> {
+export async function run(args: string[]): Promise<BenchOutcome> {
   const { values } = parseArgs({ args, options: { iterations: { type: 'string', default: '50' } }, strict: false });
   const n = Number(values.iterations);
   const workRoot = mkdtempSync(path.join(tmpdir(), 'hangar-bench-isolation-'));
@@ -83,7 +84,18 @@ export async function run(args: string[]): Promise<string> {
     console.log(`  bare spawn of /bin/true                  ${ms(b)}`);
     console.log(`  isolation.run(/bin/true)                 ${ms(r)}   overhead ${ms(r - b)}   ratio ${(r / b).toFixed(1)}x`);
     console.log(`  createWorkDir + run + dispose            ${ms(c)}   overhead ${ms(c - b)}   ratio ${(c / b).toFixed(1)}x`);
-    return `isolation: bare ${ms(b)}, sandboxed run ${ms(r)} (+${ms(r - b)}), with work dir ${ms(c)} (+${ms(c - b)})`;
+    return {
+      summary: `isolation: bare ${ms(b)}, sandboxed run ${ms(r)} (+${ms(r - b)}), with work dir ${ms(c)} (+${ms(c - b)})`,
+      figures: {
+        'bare.median_ms': b,
+        'run.median_ms': r,
+        'run.overhead_ms': r - b,
+        'run.latency_ratio': r / b,
+        'workdir_run.median_ms': c,
+        'workdir_run.overhead_ms': c - b,
+        'workdir_run.latency_ratio': c / b,
+      },
+    };
   } finally {
     rmSync(workRoot, { recursive: true, force: true });
   }
