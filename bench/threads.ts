@@ -15,7 +15,8 @@
  *       appended and fsynced by `deps.blobs.append` alone (one file; 100 files), ABBA.
  * Options: --subscribers N (500), --rate R (20), --seconds S (paced seconds per target and round, 4),
  * --saturation S (3), --rounds N (2), --durable-seconds S (per step and target, split over the rounds; 4),
- * --threads N (100), --batch N (10), --no-http.
+ * --threads N (100), --batch N (10), --no-http, --only fanout|durable (one part), --postgres URL (Hangar on that
+ * PostgreSQL, in a schema of its own dropped at the end, instead of the embedded SQLite).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { statfsSync } from 'node:fs';
@@ -25,15 +26,17 @@ import path from 'node:path';
 import { setImmediate as nextTick, setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { WebSocket, WebSocketServer } from 'ws';
 import type { DurableInput } from '../src/domains/threads/index.js';
 import { CHILD_NODE_FLAGS } from './lib/child.js';
+import type { BenchOutcome } from './lib/results.js';
 import { table } from './lib/load.js';
 
 export const description = 'thread fan-out to 500 WebSocket subscribers vs a bare ws broadcast; appendDurable vs a bare JSONL append+fsync';
 
 /** Aims from the issue. */
-const AIMS = { p99Ms: 50, ratio: 0.6 };
+const AIMS = { p99Ms: 50, ratio: 0.6, durableRatio: 0.5 };
 /** As socket.ts: above this many unsent bytes a subscriber's transient frames are dropped (the bare server does the same). */
 const SOFT_BYTES = 256 * 1024;
 const DELTA_CHARS = 32;
@@ -377,8 +380,19 @@ class Clients {
 type Hangar = import('./lib/in-process.js').InProcessHangar;
 
 /** Hangar in this process (loaded lazily: the clients' child process never needs it). */
-async function startHangar(): Promise<Hangar> {
-  return (await import('./lib/in-process.js')).startInProcessHangar('threads');
+async function startHangar(env: Record<string, string>): Promise<Hangar> {
+  return (await import('./lib/in-process.js')).startInProcessHangar('threads', env);
+}
+
+async function dropSchema(url: string, schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}_pgboss" CASCADE`);
+  } finally {
+    await client.end();
+  }
 }
 
 async function stopHangar(h: Hangar): Promise<void> {
@@ -459,7 +473,7 @@ async function writeLoops(row: DurableRow, seconds: number, fn: (writer: number)
 
 // ---- the benchmark ---------------------------------------------------------------------------
 
-export async function run(argv: string[]): Promise<string> {
+export async function run(argv: string[]): Promise<BenchOutcome> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -472,9 +486,17 @@ export async function run(argv: string[]): Promise<string> {
       threads: { type: 'string', default: '100' },
       batch: { type: 'string', default: '10' },
       'no-http': { type: 'boolean', default: false },
+      only: { type: 'string' },
+      postgres: { type: 'string' },
     },
     strict: false,
   });
+  const only = values.only as string | undefined;
+  if (only !== undefined && only !== 'fanout' && only !== 'durable') throw new Error('--only must be fanout or durable');
+  const fanout = only !== 'durable';
+  const durable = only !== 'fanout';
+  const pgUrl = values.postgres as string | undefined;
+  const pgSchema = pgUrl ? `bench_threads_${Date.now().toString(36)}` : undefined;
   const subscribers = Number(values.subscribers);
   const rate = Number(values.rate);
   const pacedSeconds = Number(values.seconds);
@@ -513,6 +535,8 @@ export async function run(argv: string[]): Promise<string> {
     bare = undefined;
     if (hangar) await stopHangar(hangar).catch((err) => console.error(`threads: Hangar cleanup failed: ${(err as Error).message}`));
     hangar = undefined;
+    if (pgUrl && pgSchema)
+      await dropSchema(pgUrl, pgSchema).catch((err) => console.error(`threads: dropping ${pgSchema} failed: ${(err as Error).message}`));
   };
   const onSignal = () => {
     void cleanup().finally(() => process.exit(130));
@@ -522,15 +546,15 @@ export async function run(argv: string[]): Promise<string> {
 
   try {
     process.stdout.write('starting Hangar (in process), the bare ws server (in process) and the clients (child process)... ');
-    hangar = await startHangar();
+    hangar = await startHangar(pgUrl && pgSchema ? { DATABASE_URL: `${pgUrl}${pgUrl.includes('?') ? '&' : '?'}schema=${pgSchema}` } : {});
     bare = await startBare();
-    clients = await Clients.start();
+    if (fanout) clients = await Clients.start();
     const h = hangar;
     const b = bare;
-    const c = clients;
+    const c = clients!;
     const fs = statfsSync(h.dataDir);
     const fsNote = fs.type === 0x01021994 ? ' (tmpfs: fsync costs nothing here; set TMPDIR to a disk)' : '';
-    console.log(`Hangar on ${h.url}, data dir ${h.dataDir}${fsNote}`);
+    console.log(`Hangar on ${h.url}, data dir ${h.dataDir}${fsNote}, database ${pgSchema ? `PostgreSQL (schema ${pgSchema})` : 'embedded SQLite'}`);
 
     const thread = await createThread(h.ownerCtx, { executionMode: 'managed', title: 'fan-out' });
     const ids: FrameIds = { runId: prefixedId('run'), rolloutId: thread.activeRolloutId!, threadId: thread.id };
@@ -617,11 +641,12 @@ export async function run(argv: string[]): Promise<string> {
     };
 
     const hangarTargets: Target[] = withHttp ? ['bus', 'http'] : ['bus'];
-    console.log(
-      `(a) fan-out: ${subscribers} subscribers, ${frameBytes}-byte frames; per target and round ${pacedSeconds} s at ${rate} frames/s ` +
-        `(${rate * subscribers} deliveries/s) and ${saturationSeconds} s saturation, after a 2 s warm-up; ${rounds} rounds, ABBA`,
-    );
-    for (let round = 0; round < rounds; round++) {
+    if (fanout)
+      console.log(
+        `(a) fan-out: ${subscribers} subscribers, ${frameBytes}-byte frames; per target and round ${pacedSeconds} s at ${rate} frames/s ` +
+          `(${rate * subscribers} deliveries/s) and ${saturationSeconds} s saturation, after a 2 s warm-up; ${rounds} rounds, ABBA`,
+      );
+    for (let round = 0; fanout && round < rounds; round++) {
       const order: ('bare' | 'hangar')[] = round % 2 === 0 ? ['bare', 'hangar'] : ['hangar', 'bare'];
       for (const server of order) {
         await connect(server);
@@ -641,7 +666,8 @@ export async function run(argv: string[]): Promise<string> {
     const single = await createThread(h.ownerCtx, { executionMode: 'managed', title: 'durable one' });
     const batched = await createThread(h.ownerCtx, { executionMode: 'managed', title: 'durable batch' });
     const many: string[] = [];
-    for (let i = 0; i < threadCount; i++) many.push((await createThread(h.ownerCtx, { executionMode: 'managed', title: `durable ${i}` })).id);
+    for (let i = 0; durable && i < threadCount; i++)
+      many.push((await createThread(h.ownerCtx, { executionMode: 'managed', title: `durable ${i}` })).id);
     const blobKey = (name: string) => jsonlKey('bench', name);
     const blobSeq = new Map<string, number>();
     const blobLines = (key: string, n: number) => {
@@ -687,15 +713,16 @@ export async function run(argv: string[]): Promise<string> {
       hangarN,
       () => writeLoops(hangarN, per, (w) => appendDurable(h.deps, many[w]!, [frame()])),
     ]);
-    console.log(
-      `(b) durable appends: ${durableSeconds} s per step and target (${rounds} rounds, ABBA), after a warm-up; JSONL in ${path.join(h.dataDir, 'blobs')}`,
-    );
+    if (durable)
+      console.log(
+        `(b) durable appends: ${durableSeconds} s per step and target (${rounds} rounds, ABBA), after a warm-up; JSONL in ${path.join(h.dataDir, 'blobs')}`,
+      );
     // Warm-up: a few of each, not recorded.
-    for (let i = 0; i < 20; i++) {
+    for (let i = 0; durable && i < 20; i++) {
       await h.deps.blobs.append(blobKey('warm'), blobLines('warm', 1));
       await appendDurable(h.deps, single.id, [frame()]);
     }
-    for (let round = 0; round < rounds; round++) {
+    for (let round = 0; durable && round < rounds; round++) {
       for (const [, bareRun, , hangarRun] of pairs) {
         const steps = round % 2 === 0 ? [bareRun, hangarRun] : [hangarRun, bareRun];
         for (const s of steps) await s();
@@ -737,7 +764,7 @@ export async function run(argv: string[]): Promise<string> {
     const rowsA: (string | number)[][] = [];
     const pooled: Record<string, Pooled> = {};
     const allTargets: Target[] = ['bare', ...hangarTargets];
-    for (const step of ['paced', 'saturation'] as const) {
+    for (const step of fanout ? (['paced', 'saturation'] as const) : []) {
       const base = pool(`bare/${step}`);
       for (const t of allTargets) {
         const p = pool(`${t}/${step}`);
@@ -771,50 +798,72 @@ export async function run(argv: string[]): Promise<string> {
         ]);
       }
     }
-    console.log('');
-    console.log(
-      table(
-        [
-          'target',
-          'step',
-          'frames/s',
-          'deliveries/s',
-          'delivered',
-          'p50 ms',
-          'p99 ms',
-          'max ms',
-          'server CPU',
-          'CPU µs/delivery',
-          'clients CPU',
-          'vs bare',
-          'aim',
-          'result',
-        ],
-        rowsA,
-      ),
-    );
+    if (fanout) console.log('');
+    if (fanout)
+      console.log(
+        table(
+          [
+            'target',
+            'step',
+            'frames/s',
+            'deliveries/s',
+            'delivered',
+            'p50 ms',
+            'p99 ms',
+            'max ms',
+            'server CPU',
+            'CPU µs/delivery',
+            'clients CPU',
+            'vs bare',
+            'aim',
+            'result',
+          ],
+          rowsA,
+        ),
+      );
 
     // ---- report (b)
     const durableRows = [bare1, hangar1, bareB, hangarB, bareN, hangarN];
     const callsPerS = (r: DurableRow) => r.calls / r.seconds;
-    console.log('');
-    console.log(
-      table(
-        ['target', 'writers', 'frames/call', 'calls', 'calls/s', 'frames/s', 'median ms', 'p90 ms', 'vs bare calls/s', 'vs bare median'],
-        durableRows.map((r) => [
-          r.label,
-          r.writers,
-          r.perCall,
-          r.calls,
-          callsPerS(r).toFixed(0),
-          (callsPerS(r) * r.perCall).toFixed(0),
-          median(r.latencies).toFixed(2),
-          p90(r.latencies).toFixed(2),
-          r.baseline ? `x${(callsPerS(r) / callsPerS(r.baseline)).toFixed(2)}` : '',
-          r.baseline ? `x${(median(r.latencies) / median(r.baseline.latencies)).toFixed(2)}` : '',
-        ]),
-      ),
-    );
+    const durableRatio = (r: DurableRow) => callsPerS(r) / callsPerS(r.baseline!);
+    if (durable) {
+      const met = durableRatio(hangarN) >= AIMS.durableRatio;
+      aimResults.push({ label: `appendDurable, ${threadCount} threads`, met });
+    }
+    if (durable) console.log('');
+    if (durable)
+      console.log(
+        table(
+          [
+            'target',
+            'writers',
+            'frames/call',
+            'calls',
+            'calls/s',
+            'frames/s',
+            'median ms',
+            'p90 ms',
+            'vs bare calls/s',
+            'vs bare median',
+            'aim',
+            'result',
+          ],
+          durableRows.map((r) => [
+            r.label,
+            r.writers,
+            r.perCall,
+            r.calls,
+            callsPerS(r).toFixed(0),
+            (callsPerS(r) * r.perCall).toFixed(0),
+            median(r.latencies).toFixed(2),
+            p90(r.latencies).toFixed(2),
+            r.baseline ? `x${(callsPerS(r) / callsPerS(r.baseline)).toFixed(2)}` : '',
+            r.baseline ? `x${(median(r.latencies) / median(r.baseline.latencies)).toFixed(2)}` : '',
+            r === hangarN ? `calls/s ratio >= ${AIMS.durableRatio}` : '',
+            r === hangarN ? (durableRatio(r) >= AIMS.durableRatio ? 'aim met' : 'aim NOT met') : '',
+          ]),
+        ),
+      );
 
     const met = aimResults.filter((a) => a.met).length;
     console.log(
@@ -827,20 +876,70 @@ export async function run(argv: string[]): Promise<string> {
           : ''
       }`,
     );
-    const bp = pooled['bare/paced']!;
-    const hp = pooled['bus/paced']!;
-    const bs = pooled['bare/saturation']!;
-    const hs = pooled['bus/saturation']!;
-    const k = (x: number) => `${(x / 1000).toFixed(0)}k`;
-    const httpPart = withHttp
-      ? `, POST path x${(pooled['http/saturation']!.deliveriesPerS / bs.deliveriesPerS).toFixed(2)} p99 ${pooled['http/paced']!.p99.toFixed(1)} ms`
-      : '';
-    return (
-      `threads: fan-out to ${subscribers} p99 ${hp.p99.toFixed(1)} ms at ${k(hp.deliveriesPerS)}/s (bare ${bp.p99.toFixed(1)} ms), ` +
-      `saturation ${k(hs.deliveriesPerS)} vs bare ${k(bs.deliveriesPerS)} deliveries/s (x${(hs.deliveriesPerS / bs.deliveriesPerS).toFixed(2)})${httpPart}; ` +
-      `appendDurable ${callsPerS(hangar1).toFixed(0)}/s on 1 thread (x${(callsPerS(hangar1) / callsPerS(bare1)).toFixed(2)} of bare append+fsync), ` +
-      `${callsPerS(hangarN).toFixed(0)}/s on ${threadCount} (x${(callsPerS(hangarN) / callsPerS(bareN)).toFixed(2)}); aims met ${met}/${aimResults.length}`
-    );
+    const figures: Record<string, number> = {};
+    const parts: string[] = [];
+    if (fanout) {
+      const bp = pooled['bare/paced']!;
+      const hp = pooled['bus/paced']!;
+      const bs = pooled['bare/saturation']!;
+      const hs = pooled['bus/saturation']!;
+      const k = (x: number) => `${(x / 1000).toFixed(0)}k`;
+      Object.assign(figures, {
+        'fanout.bare_paced_p99_ms': bp.p99,
+        'fanout.bus_paced_p99_ms': hp.p99,
+        'fanout.bare_saturation_deliveries_per_s': bs.deliveriesPerS,
+        'fanout.bus_saturation_deliveries_per_s': hs.deliveriesPerS,
+        'fanout.bus_saturation_ratio': hs.deliveriesPerS / bs.deliveriesPerS,
+        'fanout.bus_cpu_us_per_delivery': hs.serverUsPerDelivery,
+        'fanout.bare_cpu_us_per_delivery': bs.serverUsPerDelivery,
+      });
+      if (withHttp) {
+        const ps = pooled['http/saturation']!;
+        Object.assign(figures, {
+          'fanout.post_paced_p99_ms': pooled['http/paced']!.p99,
+          'fanout.post_saturation_ratio': ps.deliveriesPerS / bs.deliveriesPerS,
+          'fanout.post_cpu_us_per_delivery': ps.serverUsPerDelivery,
+        });
+      }
+      parts.push(
+        `fan-out to ${subscribers} p99 ${hp.p99.toFixed(1)} ms at ${k(hp.deliveriesPerS)}/s (bare ${bp.p99.toFixed(1)} ms), ` +
+          `saturation ${k(hs.deliveriesPerS)} vs bare ${k(bs.deliveriesPerS)} deliveries/s (x${(hs.deliveriesPerS / bs.deliveriesPerS).toFixed(2)})` +
+          (withHttp
+            ? `, POST path x${(pooled['http/saturation']!.deliveriesPerS / bs.deliveriesPerS).toFixed(2)} p99 ${pooled['http/paced']!.p99.toFixed(1)} ms`
+            : ''),
+      );
+    }
+    if (durable) {
+      for (const [key, r] of [
+        ['one_thread', hangar1],
+        ['batch', hangarB],
+        ['many_threads', hangarN],
+      ] as const) {
+        figures[`durable.${key}_calls_per_s`] = callsPerS(r);
+        figures[`durable.${key}_bare_calls_per_s`] = callsPerS(r.baseline!);
+        figures[`durable.${key}_ratio`] = durableRatio(r);
+        figures[`durable.${key}_median_ms`] = median(r.latencies);
+      }
+      parts.push(
+        `appendDurable ${callsPerS(hangar1).toFixed(0)}/s on 1 thread (x${durableRatio(hangar1).toFixed(2)} of bare append+fsync), ` +
+          `${callsPerS(hangarN).toFixed(0)}/s on ${threadCount} (x${durableRatio(hangarN).toFixed(2)})`,
+      );
+    }
+    const db = pgSchema ? ' [PostgreSQL]' : '';
+    return {
+      summary: `threads${db}: ${parts.join('; ')}; aims met ${met}/${aimResults.length}`,
+      figures,
+      aims: aimResults.map((a) => ({
+        name: a.label,
+        figure: a.label.startsWith('appendDurable') ? 'durable.many_threads_ratio' : `fanout.${a.label.replace('/', '_')}`,
+        target: a.label.startsWith('appendDurable')
+          ? `>= ${AIMS.durableRatio}`
+          : a.label.endsWith('paced')
+            ? `p99 < ${AIMS.p99Ms} ms`
+            : `>= ${AIMS.ratio}`,
+        met: a.met,
+      })),
+    };
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -115,6 +115,8 @@ export async function compactThread(
             created_at: events[0]!.createdAt,
             closed_at: null,
           })
+          // Already there when the append had to project from the JSONL (durable.ts), which recreates it.
+          .onConflict((oc) => oc.column('id').doNothing())
           .execute();
         await trx.updateTable('threads').set({ active_rollout_id: rolloutId }).where('id', '=', id).execute();
         await recordActivity(

@@ -4,7 +4,9 @@
  * or is rebuilt from the JSONL alone (`rebuildThread`).
  */
 import type { Selectable, Transaction } from 'kysely';
+import type SQLite from 'better-sqlite3';
 import type { Database, ThreadsTable } from '../../database.js';
+import { onSqliteConnection } from '../../platform/db/index.js';
 import type { Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
 import { nowIso } from '../../platform/ids.js';
@@ -15,7 +17,11 @@ import { DURABLE_TYPES, DurableInput, DurablePayloads, jsonlKey, threadChannel, 
 type Row = Selectable<ThreadsTable>;
 
 /** The threads domain's state in one app: one writer per thread at a time in this process. */
-export const THREAD_STATE = stateKey('threads', () => ({ writers: new KeyedQueue() }));
+export const THREAD_STATE = stateKey('threads', () => ({
+  writers: new KeyedQueue(),
+  projections: { waiting: [] as Projection[], flushing: false },
+  sqlite: null as SqliteStatements | null,
+}));
 
 export const inTurn = <T>(deps: Deps, threadId: string, fn: () => Promise<T>): Promise<T> => deps.state.get(THREAD_STATE).writers.run(threadId, fn);
 
@@ -37,49 +43,209 @@ function checkDurable(frame: DurableInput): DurableInput {
   );
 }
 
+type AppendOpts = { extra?: (trx: Trx, events: DurableFrame[]) => Promise<void>; touch?: boolean };
+
 /**
  * Appends durable frames to a thread: each gets the thread's next sequence, all are appended to the
- * thread's JSONL (the source of truth, one fsync) and projected into SQL in one transaction, then published
- * on the bus in order. One writer per thread at a time: an in-process queue, and across replicas the thread
- * row's lock (PostgreSQL; SQLite serializes writers anyway). Runs (and compaction) write only through here.
+ * thread's JSONL (the source of truth, one fsync) and projected into SQL, then published on the bus in order.
+ * One writer per thread at a time: an in-process queue, and across replicas the thread row's lock.
+ * Runs (and compaction) write only through here.
+ *
+ * On PostgreSQL the JSONL append happens inside the transaction that holds the row lock, which is what keeps
+ * two replicas from numbering the same frames. On SQLite (one process writes the embedded database) the append
+ * and its fsync happen before the transaction: appends to different threads then overlap their fsyncs instead
+ * of each waiting for the others' behind SQLite's one connection, and the transaction (no fsync in WAL with
+ * `synchronous = NORMAL`) only projects. A crash between the two leaves lines the projection lacks, which the
+ * next append (`repairTail`) or the start-up check (`repairAll`) projects, as for a crash mid-transaction.
  */
-export async function appendDurable(
-  deps: Deps,
-  threadId: string,
-  frames: DurableInput[],
-  opts: { extra?: (trx: Trx, events: DurableFrame[]) => Promise<void>; touch?: boolean } = {},
-): Promise<DurableFrame[]> {
+export async function appendDurable(deps: Deps, threadId: string, frames: DurableInput[], opts: AppendOpts = {}): Promise<DurableFrame[]> {
   const inputs = frames.map(checkDurable);
   return inTurn(deps, threadId, async () => {
-    const events = await deps.db.kysely.transaction().execute(async (trx) => {
-      let row = await lockThreadRow(deps, trx, threadId);
-      if (!row) throw errors.notFound('thread', threadId);
-      row = await repairTail(deps, trx, row);
-      const key = jsonlKey(row.org_id, row.id);
-      const now = nowIso();
-      let seq = row.last_sequence;
-      const events: DurableFrame[] = inputs.map((f) => ({
-        ...f,
-        sequence: ++seq,
-        rolloutId: f.rolloutId ?? row!.active_rollout_id ?? '',
-        threadId: row!.id,
-        runId: f.runId ?? null,
-        createdAt: now,
-      }));
-      const text = events.map((e) => `${JSON.stringify(e)}\n`).join('');
-      await deps.blobs.append(key, text);
-      await trx.insertInto('thread_events').values(events.map(eventRow)).execute();
-      await trx
-        .updateTable('threads')
-        .set({ last_sequence: seq, jsonl_bytes: row.jsonl_bytes + Buffer.byteLength(text), ...(opts.touch === false ? {} : { updated_at: now }) })
-        .where('id', '=', row.id)
-        .execute();
-      await opts.extra?.(trx, events);
-      return events;
-    });
+    const events =
+      deps.db.dialect === 'sqlite' ? await appendThenProject(deps, threadId, inputs, opts) : await appendLocked(deps, threadId, inputs, opts);
     for (const event of events) await publishFrame(deps, threadId, event);
     return events;
   });
+}
+
+function numbered(row: Row, inputs: DurableInput[]): { events: DurableFrame[]; text: string } {
+  const now = nowIso();
+  let seq = row.last_sequence;
+  const events: DurableFrame[] = inputs.map((f) => ({
+    ...f,
+    sequence: ++seq,
+    rolloutId: f.rolloutId ?? row.active_rollout_id ?? '',
+    threadId: row.id,
+    runId: f.runId ?? null,
+    createdAt: now,
+  }));
+  return { events, text: events.map((e) => `${JSON.stringify(e)}\n`).join('') };
+}
+
+function projected(
+  row: Row,
+  events: DurableFrame[],
+  text: string,
+  opts: AppendOpts,
+): { last_sequence: number; jsonl_bytes: number; updated_at?: string } {
+  const last = events[events.length - 1]!;
+  return {
+    last_sequence: last.sequence,
+    jsonl_bytes: row.jsonl_bytes + Buffer.byteLength(text),
+    ...(opts.touch === false ? {} : { updated_at: last.createdAt }),
+  };
+}
+
+/** PostgreSQL: number, append and project under the thread row's lock, in one transaction. */
+function appendLocked(deps: Deps, threadId: string, inputs: DurableInput[], opts: AppendOpts): Promise<DurableFrame[]> {
+  return deps.db.kysely.transaction().execute(async (trx) => {
+    let row = await lockThreadRow(deps, trx, threadId);
+    if (!row) throw errors.notFound('thread', threadId);
+    row = await repairTail(deps, trx, row);
+    const { events, text } = numbered(row, inputs);
+    await deps.blobs.append(jsonlKey(row.org_id, row.id), text);
+    await trx.insertInto('thread_events').values(events.map(eventRow)).execute();
+    await trx
+      .updateTable('threads')
+      .set(projected(row, events, text, opts))
+      .where('id', '=', row.id)
+      .execute();
+    await opts.extra?.(trx, events);
+    return events;
+  });
+}
+
+/**
+ * SQLite: append (and fsync) first, then project, grouped with other threads' appends (`project`). The row is
+ * read outside any transaction; this process's per-thread queue keeps its other writers out.
+ */
+async function appendThenProject(deps: Deps, threadId: string, inputs: DurableInput[], opts: AppendOpts): Promise<DurableFrame[]> {
+  let row = await onSqliteConnection(deps.db, (db) => sqliteStatements(deps, db).row.get(threadId) as Row | undefined);
+  if (!row) throw errors.notFound('thread', threadId);
+  const key = jsonlKey(row.org_id, row.id);
+  if (((await deps.blobs.size(key)) ?? 0) > row.jsonl_bytes) {
+    row = await deps.db.kysely.transaction().execute(async (trx) => {
+      const locked = await lockThreadRow(deps, trx, threadId);
+      if (!locked) throw errors.notFound('thread', threadId);
+      return repairTail(deps, trx, locked);
+    });
+  }
+  const { events, text } = numbered(row, inputs);
+  await deps.blobs.append(key, text);
+  return new Promise<DurableFrame[]>((resolve, reject) => project(deps, { read: row, events, text, opts, resolve, reject }));
+}
+
+/** One append's projection, waiting for the next group commit. */
+interface Projection {
+  read: Row;
+  events: DurableFrame[];
+  text: string;
+  opts: AppendOpts;
+  resolve: (events: DurableFrame[]) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Group commit of projections (SQLite): appends whose JSONL is written wait here, and one transaction projects
+ * all that are waiting when the previous one ends, so 100 threads' appends cost a few commits, not 100. An
+ * append with `extra` work gets a transaction of its own (its failure must not undo the others'); if a group's
+ * transaction fails, each of its appends is tried alone, so only the one at fault fails.
+ */
+function project(deps: Deps, p: Projection): void {
+  const state = deps.state.get(THREAD_STATE).projections;
+  state.waiting.push(p);
+  if (state.flushing) return;
+  state.flushing = true;
+  void (async () => {
+    try {
+      while (state.waiting.length) {
+        // One turn of the event loop lets the appends whose fsync finished meanwhile join this group.
+        await new Promise((resolve) => setImmediate(resolve));
+        const batch = state.waiting.splice(0);
+        const alone = batch.filter((x) => x.opts.extra);
+        const grouped = batch.filter((x) => !x.opts.extra);
+        const moved = grouped.length ? await projectGroup(deps, grouped).catch(() => grouped) : [];
+        for (const x of grouped) if (!moved.includes(x)) x.resolve(x.events);
+        alone.push(...moved);
+        for (const x of alone) {
+          await deps.db.kysely
+            .transaction()
+            .execute((trx) => projectOne(deps, trx, x))
+            .then(() => x.resolve(x.events), x.reject);
+        }
+      }
+    } finally {
+      state.flushing = false;
+    }
+  })();
+}
+
+interface SqliteStatements {
+  row: SQLite.Statement;
+  update: SQLite.Statement;
+  insert: SQLite.Statement;
+}
+
+function sqliteStatements(deps: Deps, db: SQLite.Database): SqliteStatements {
+  const state = deps.state.get(THREAD_STATE);
+  state.sqlite ??= {
+    row: db.prepare('select * from threads where id = ?'),
+    update: db.prepare(
+      'update threads set last_sequence = ?, jsonl_bytes = ?, updated_at = coalesce(?, updated_at) where id = ? and last_sequence = ? and jsonl_bytes = ?',
+    ),
+    insert: db.prepare('insert into thread_events (thread_id, sequence, rollout_id, run_id, type, payload, created_at) values (?, ?, ?, ?, ?, ?, ?)'),
+  };
+  return state.sqlite;
+}
+
+/**
+ * Projects a group of appends in one SQLite transaction, with fixed prepared statements (no query building: the
+ * hot path of every run's frames). Answers the appends whose row had moved (see `projectOne`), left for a
+ * transaction of their own; if the transaction fails, all of them are.
+ */
+function projectGroup(deps: Deps, group: Projection[]): Promise<Projection[]> {
+  return onSqliteConnection(deps.db, (db) => {
+    const st = sqliteStatements(deps, db);
+    const moved: Projection[] = [];
+    db.transaction(() => {
+      for (const x of group) {
+        const next = projected(x.read, x.events, x.text, x.opts);
+        const r = st.update.run(next.last_sequence, next.jsonl_bytes, next.updated_at ?? null, x.read.id, x.read.last_sequence, x.read.jsonl_bytes);
+        if (r.changes !== 1) {
+          moved.push(x);
+          continue;
+        }
+        for (const e of x.events) {
+          const v = eventRow(e);
+          st.insert.run(v.thread_id, v.sequence, v.rollout_id, v.run_id, v.type, v.payload, v.created_at);
+        }
+      }
+    })();
+    return moved;
+  });
+}
+
+/**
+ * Projects one append: the row's update is conditional on it being as the writer read it, so a writer in another
+ * process (`hangar threads rebuild`) that moved it meanwhile makes this one project from the JSONL instead (what
+ * it appended is there).
+ */
+async function projectOne(deps: Deps, trx: Trx, { read, events, text, opts }: Projection): Promise<void> {
+  const updated = await trx
+    .updateTable('threads')
+    .set(projected(read, events, text, opts))
+    .where('id', '=', read.id)
+    .where('last_sequence', '=', read.last_sequence)
+    .where('jsonl_bytes', '=', read.jsonl_bytes)
+    .executeTakeFirst();
+  if (Number(updated.numUpdatedRows) === 1) {
+    await trx.insertInto('thread_events').values(events.map(eventRow)).execute();
+  } else {
+    const current = await lockThreadRow(deps, trx, read.id);
+    if (!current) throw errors.notFound('thread', read.id);
+    await repairTail(deps, trx, current);
+  }
+  await opts.extra?.(trx, events);
 }
 
 /**

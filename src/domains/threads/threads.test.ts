@@ -685,6 +685,75 @@ describe('threads', () => {
       expect(sequences((await listEvents(owner, t.id)).data.events)).toEqual([1, 2, 3, 4]);
     });
 
+    it('a writer stopped after its JSONL append, before the projection committed, loses nothing', async () => {
+      const t = await createThread(owner);
+      await appendDurable(h.deps, t.id, messages(3));
+      const stopped = appendDurable(h.deps, t.id, messages(1, 4), {
+        extra: async () => {
+          throw new Error('stopped before commit');
+        },
+      });
+      await expect(stopped).rejects.toThrow('stopped before commit');
+      expect(sequences((await listEvents(owner, t.id)).data.events)).toEqual([1, 2, 3]);
+      expect(sequences(await appendDurable(h.deps, t.id, messages(1, 5)))).toEqual([5]);
+      const events = (await listEvents(owner, t.id)).data.events;
+      expect(sequences(events)).toEqual([1, 2, 3, 4, 5]);
+      expect(events.map((e) => (e.payload as { text: string }).text)).toEqual(['message 1', 'message 2', 'message 3', 'message 4', 'message 5']);
+    });
+
+    it('appends to many threads at once each keep their thread’s order, in the JSONL and the projection', async () => {
+      const threads = await Promise.all(Array.from({ length: 40 }, () => createThread(owner)));
+      await Promise.all(threads.flatMap((t) => [1, 2, 3, 4, 5].map((i) => appendDurable(h.deps, t.id, messages(1, i)))));
+      for (const t of threads) {
+        const events = (await listEvents(owner, t.id)).data.events;
+        expect(sequences(events)).toEqual([1, 2, 3, 4, 5]);
+        const lines = readFileSync(jsonlPath(t), 'utf8').trimEnd().split('\n');
+        expect(lines.map((l) => JSON.parse(l).sequence)).toEqual([1, 2, 3, 4, 5]);
+        const row = await h.deps.db.kysely
+          .selectFrom('threads')
+          .select(['last_sequence', 'jsonl_bytes'])
+          .where('id', '=', t.id)
+          .executeTakeFirstOrThrow();
+        expect(row).toEqual({ last_sequence: 5, jsonl_bytes: readFileSync(jsonlPath(t)).length });
+      }
+    });
+
+    it.runIf(!testDatabaseUrl)(
+      'SQLite: a rebuild by another process between the append and the projection makes the writer project from the JSONL',
+      async () => {
+        const t = await createThread(owner);
+        await appendDurable(h.deps, t.id, messages(3));
+        const file = jsonlPath(t);
+        const blobs = h.deps.blobs;
+        const append = blobs.append.bind(blobs);
+        // Between this writer's read of the row and its append, another process closes a torn tail and records
+        // the JSONL's new size, as `hangar threads rebuild` does.
+        blobs.append = async (key, data) => {
+          blobs.append = append;
+          await append(key, '{"torn":\n');
+          await h.deps.db.kysely
+            .updateTable('threads')
+            .set({ jsonl_bytes: readFileSync(file).length })
+            .where('id', '=', t.id)
+            .execute();
+          return append(key, data);
+        };
+        try {
+          expect(sequences(await appendDurable(h.deps, t.id, messages(1, 4)))).toEqual([4]);
+        } finally {
+          blobs.append = append;
+        }
+        expect(sequences((await listEvents(owner, t.id)).data.events)).toEqual([1, 2, 3, 4]);
+        const row = await h.deps.db.kysely
+          .selectFrom('threads')
+          .select(['last_sequence', 'jsonl_bytes'])
+          .where('id', '=', t.id)
+          .executeTakeFirstOrThrow();
+        expect(row).toEqual({ last_sequence: 4, jsonl_bytes: readFileSync(file).length });
+        expect(sequences(await appendDurable(h.deps, t.id, messages(1, 5)))).toEqual([5]);
+      },
+    );
+
     it('rebuildThread rebuilds a projection whose rows were deleted, rollouts included', async () => {
       const t = await createThread(owner);
       await appendDurable(h.deps, t.id, messages(3));

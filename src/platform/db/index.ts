@@ -17,7 +17,21 @@ export type Executor = Kysely<Database> | Transaction<Database>;
 export interface Db {
   readonly kysely: Kysely<Database>;
   readonly dialect: Dialect;
+  /** The embedded database's better-sqlite3 handle; use it only through `onSqliteConnection`. */
+  readonly sqlite?: SQLite.Database;
   close(): Promise<void>;
+}
+
+/**
+ * Runs `fn` synchronously on the embedded SQLite database with Kysely's one connection held, so no Kysely
+ * transaction is open around it (one that is waits for it, and it waits for one in progress). For a hot path
+ * whose statements are few and fixed: no query building, and a transaction inside `fn` commits without a
+ * turn of the event loop. Only on SQLite.
+ */
+export function onSqliteConnection<T>(db: Db, fn: (sqlite: SQLite.Database) => T): Promise<T> {
+  const sqlite = db.sqlite;
+  if (!sqlite) throw new Error('onSqliteConnection is for the embedded SQLite database');
+  return db.kysely.connection().execute(async () => fn(sqlite));
 }
 
 /** Opens the configured database: SQLite (WAL) by default, PostgreSQL when DATABASE_URL is set. */
@@ -30,7 +44,7 @@ export async function openDb(database: Config['database']): Promise<Db> {
     sqlite.pragma('foreign_keys = ON');
     sqlite.pragma('busy_timeout = 5000');
     const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
-    return { kysely, dialect: 'sqlite', close: () => kysely.destroy() };
+    return { kysely, dialect: 'sqlite', sqlite, close: () => kysely.destroy() };
   }
   if (database.schema) {
     const client = new pg.Client({ connectionString: database.url });
