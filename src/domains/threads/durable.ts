@@ -15,6 +15,8 @@ import { stateKey } from '../../platform/state.js';
 import { DURABLE_TYPES, DurableInput, DurablePayloads, jsonlKey, threadChannel, ThreadEvent, type BusFrame, type DurableFrame } from './frames.js';
 
 type Row = Selectable<ThreadsTable>;
+/** What an append needs of the thread's row. */
+type Head = Pick<Row, 'id' | 'org_id' | 'last_sequence' | 'jsonl_bytes' | 'active_rollout_id'>;
 
 /** The threads domain's state in one app: one writer per thread at a time in this process. */
 export const THREAD_STATE = stateKey('threads', () => ({
@@ -68,7 +70,7 @@ export async function appendDurable(deps: Deps, threadId: string, frames: Durabl
   });
 }
 
-function numbered(row: Row, inputs: DurableInput[]): { events: DurableFrame[]; text: string } {
+function numbered(row: Head, inputs: DurableInput[]): { events: DurableFrame[]; text: string } {
   const now = nowIso();
   let seq = row.last_sequence;
   const events: DurableFrame[] = inputs.map((f) => ({
@@ -83,7 +85,7 @@ function numbered(row: Row, inputs: DurableInput[]): { events: DurableFrame[]; t
 }
 
 function projected(
-  row: Row,
+  row: Head,
   events: DurableFrame[],
   text: string,
   opts: AppendOpts,
@@ -120,7 +122,7 @@ function appendLocked(deps: Deps, threadId: string, inputs: DurableInput[], opts
  * read outside any transaction; this process's per-thread queue keeps its other writers out.
  */
 async function appendThenProject(deps: Deps, threadId: string, inputs: DurableInput[], opts: AppendOpts): Promise<DurableFrame[]> {
-  let row = await onSqliteConnection(deps.db, (db) => sqliteStatements(deps, db).row.get(threadId) as Row | undefined);
+  let row = await onSqliteConnection(deps.db, (db) => sqliteStatements(deps, db).row.get(threadId) as Head | undefined);
   if (!row) throw errors.notFound('thread', threadId);
   const key = jsonlKey(row.org_id, row.id);
   if (((await deps.blobs.size(key)) ?? 0) > row.jsonl_bytes) {
@@ -137,7 +139,7 @@ async function appendThenProject(deps: Deps, threadId: string, inputs: DurableIn
 
 /** One append's projection, waiting for the next group commit. */
 interface Projection {
-  read: Row;
+  read: Head;
   events: DurableFrame[];
   text: string;
   opts: AppendOpts;
@@ -189,7 +191,7 @@ interface SqliteStatements {
 function sqliteStatements(deps: Deps, db: SQLite.Database): SqliteStatements {
   const state = deps.state.get(THREAD_STATE);
   state.sqlite ??= {
-    row: db.prepare('select * from threads where id = ?'),
+    row: db.prepare('select id, org_id, last_sequence, jsonl_bytes, active_rollout_id from threads where id = ?'),
     update: db.prepare(
       'update threads set last_sequence = ?, jsonl_bytes = ?, updated_at = coalesce(?, updated_at) where id = ? and last_sequence = ? and jsonl_bytes = ?',
     ),
@@ -253,7 +255,7 @@ async function projectOne(deps: Deps, trx: Trx, { read, events, text, opts }: Pr
  * committed are projected (they are durable: the JSONL is the truth), and a torn last line is closed with a
  * newline so it reads as one unparsable line, skipped.
  */
-async function repairTail(deps: Deps, trx: Trx, row: Row): Promise<Row> {
+async function repairTail<R extends Head>(deps: Deps, trx: Trx, row: R): Promise<R> {
   const key = jsonlKey(row.org_id, row.id);
   const size = (await deps.blobs.size(key)) ?? 0;
   if (size <= row.jsonl_bytes) return row;
