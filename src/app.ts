@@ -9,7 +9,7 @@ import { createAuthenticator, identityRoutes } from './domains/identity/index.js
 import { modelRoutes } from './domains/models/index.js';
 import { oauthRoutes, registerFlowOwners, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
-import { registerLocalDispatcher, runRoutes, startRunJobs } from './domains/runs/index.js';
+import { cancelRunOfDeletedThread, registerLocalDispatcher, runRoutes, startRunJobs } from './domains/runs/index.js';
 import {
   authenticateDevice,
   deviceFrame,
@@ -47,7 +47,7 @@ import {
 } from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
-import { registerDeviceFrames, registerThreadActivity, startThreadJobs, threadRoutes } from './domains/threads/index.js';
+import { registerDeviceFrames, registerThreadActivity, setRunCanceller, startThreadJobs, threadRoutes } from './domains/threads/index.js';
 import { startToolJobs, toolRoutes } from './domains/tools/index.js';
 import {
   deleteTriggersOfDeployment,
@@ -198,6 +198,8 @@ export async function buildApp(deps: Deps): Promise<App> {
   // Once an organization's credits ran out and its grace is over, its running sandboxes are paused (billing cannot
   // import the sandboxes domain, which asks it for credits).
   onCreditsExhausted(deps, pauseRunningForBilling);
+  // Deleting a thread cancels the run active on it (threads cannot import runs, which imports threads).
+  setRunCanceller(deps, cancelRunOfDeletedThread);
   // Every process that charges (the orchestrator settles its own meters) may start an auto top-up.
   registerAutoTopup(deps);
   // Local-device runs go out through the device mesh, and their devices' frames come back through it (runs and

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { FakeOpenAI } from '../../../test/fakes/openai.js';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { linkDevice } from '../../../test/runmesh.js';
@@ -523,6 +524,32 @@ describe('runs on a configured provider', () => {
       fake.script({ text: 'back again' });
       const next = await c.ran(admin, { agent: 'plain', prompt: 'Still there?', threadId });
       expect(next).toMatchObject({ status: 'completed', result: 'back again', threadId });
+    });
+
+    it('deleting the thread of a running run cancels the run first, then deletes the thread', async () => {
+      fake.script({ text: Array.from({ length: 60 }, (_, i) => `w${i} `), chunkDelayMs: 300 });
+      const controller = new AbortController();
+      const res = await streamRun(admin, { agent: 'plain', prompt: 'Talk slowly' }, controller.signal);
+      const seen = await readSse(res, (e) => e.event === 'assistant_message_delta');
+      const { runId, threadId } = seen.find((e) => e.event === 'run_started')!.data as { runId: string; threadId: string };
+      const frames: { type: string; runId?: string; payload?: unknown }[] = [];
+      const ws = new WebSocket(`${base.replace('http:', 'ws:')}/v1/threads/${threadId}/events?api_key=${encodeURIComponent(admin.key)}`);
+      ws.on('message', (d) => frames.push(JSON.parse(String(d))));
+      try {
+        await until('the snapshot', () => frames.some((f) => f.type === 'snapshot'));
+        const del = await c.call(admin, 'DELETE', `/v1/threads/${threadId}`);
+        expect(del.statusCode, del.body).toBe(204);
+        expect(json(await c.call(admin, 'GET', `/v1/runs/${runId}`)).data.status).toBe('cancelled');
+        expect((await c.call(admin, 'GET', `/v1/threads/${threadId}`)).statusCode).toBe(404);
+        await until('thread_deleted', () => frames.some((f) => f.type === 'thread_deleted'));
+        const types = frames.map((f) => f.type);
+        expect(frames.find((f) => f.type === 'run_completed')).toMatchObject({ runId, payload: { status: 'cancelled' } });
+        expect(types.indexOf('run_completed')).toBeLessThan(types.indexOf('thread_deleted'));
+        expect(await activeRun(h.deps, threadId)).toBeNull();
+      } finally {
+        controller.abort();
+        ws.close();
+      }
     });
 
     it('a streaming client gone before the first frame (while the sandbox is made) cancels the run too', async () => {

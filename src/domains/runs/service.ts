@@ -155,6 +155,25 @@ async function threadSandbox(ctx: Ctx, threadId: string, agent: AgentRow, templa
 }
 
 /**
+ * Ends the run active on a thread that is being deleted (registered with the threads domain by buildApp). Whoever
+ * may delete the thread (its owner or an organization admin, checked there) may end its run, whoever started it;
+ * a run that ended meanwhile is fine.
+ */
+export async function cancelRunOfDeletedThread(ctx: Ctx, runId: string): Promise<void> {
+  const row = await exec(ctx)
+    .selectFrom('agent_runs')
+    .select('created_by_user_id')
+    .where('id', '=', runId)
+    .where('org_id', '=', orgId(ctx))
+    .executeTakeFirst();
+  if (!row) return;
+  const asStarter: Ctx = { ...ctx, principal: { ...ctx.principal, userId: row.created_by_user_id } };
+  await cancelRun(asStarter, runId).catch((err) => {
+    if (!(err instanceof AppError && err.code === 'invalid_state')) throw err;
+  });
+}
+
+/**
  * POST /v1/run: an agent run on a thread. `managed` runs think with the agent's model and have no sandbox tools;
  * `in_sandbox` runs act through tools in the thread's sandbox; `local-desktop` runs are registered for the
  * device mesh (status `registered`). Every frame goes into the thread through the same paths as any writer

@@ -8,8 +8,10 @@ export {
   followRun,
   publishTransient,
   registerDeviceFrames,
+  setRunCanceller,
   transientPublisher,
   type DeviceFrameHandler,
+  type RunCanceller,
   type TransientPublisher,
 } from './service.js';
 export { DeviceDurableFrame, type ThreadEventFrame, type ThreadEventsResult } from './schemas.js';

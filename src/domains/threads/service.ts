@@ -3,10 +3,11 @@
  * publish transient frames. Durable frames are written in durable.ts, the run lock is in locks.ts and
  * compaction in compaction.ts.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Selectable } from 'kysely';
 import type { Database, ThreadRolloutsTable, ThreadsTable } from '../../database.js';
 import { exec, isOrgAdmin, orgId, requireAnyScope, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
-import { errors } from '../../platform/http/errors.js';
+import { AppError, errors } from '../../platform/http/errors.js';
 import { decodeCursor, encodeCursor } from '../../platform/http/pagination.js';
 import { newestFirstPage } from '../../platform/db/pages.js';
 import { nowIso, prefixedId } from '../../platform/ids.js';
@@ -14,7 +15,7 @@ import { recordActivity } from '../activity/index.js';
 import { inTurn, lockThreadRow, publishFrame } from './durable.js';
 import { subscribeParsed } from '../../platform/bus/index.js';
 import { BusFrame, jsonlKey, ThreadEvent, threadChannel, TransientFrame, type DurableFrame, type MetadataFrame } from './frames.js';
-import { threadBusy } from './locks.js';
+import { activeRun, threadBusy } from './locks.js';
 import { DEVICE_DURABLE_TYPES, type Rollout, type Thread, type ThreadEventFrame, type ThreadEventsResult } from './schemas.js';
 import { stateKey } from '../../platform/state.js';
 
@@ -253,10 +254,41 @@ export async function updateThread(ctx: Ctx, id: string, body: { title?: string 
   return toThread(next);
 }
 
+/** Ends a run so its thread can be deleted: the runs domain's, registered by buildApp (runs imports threads). */
+export type RunCanceller = (ctx: Ctx, runId: string) => Promise<void>;
+const RUN_CANCELLER = stateKey('threads.runCanceller', () => ({ cancel: null as RunCanceller | null }));
+export function setRunCanceller(deps: Deps, fn: RunCanceller): void {
+  deps.state.get(RUN_CANCELLER).cancel = fn;
+}
+
+/** How long a delete waits for a cancelled run to let go of its thread. */
+const CANCEL_WAIT_MS = 10_000;
+
+/**
+ * Deletes a thread in any state: a run active on it is cancelled first (its `run_completed` says `cancelled`, and
+ * subscribers see it before `thread_deleted`). A compaction or another delete holding the thread answers 409
+ * `THREAD_BUSY`, as does a run that did not end within 10 s of its cancel.
+ */
 export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
   requireScope(ctx, 'agent:run');
   const { row, view } = await findThread(ctx, id);
   if (view !== 'owner' && !isOrgAdmin(ctx)) throw errors.forbidden('only the thread’s owner or an organization admin can delete it');
+  const cancel = ctx.deps.state.get(RUN_CANCELLER).cancel;
+  try {
+    await removeThread(ctx, row);
+  } catch (err) {
+    const runId = err instanceof AppError && err.code === 'THREAD_BUSY' ? String(err.details?.activeRunId ?? '') : '';
+    if (!cancel || !runId.startsWith('run_')) throw err;
+    await cancel(ctx, runId);
+    for (const until = Date.now() + CANCEL_WAIT_MS; (await activeRun(ctx.deps, id)) === runId && Date.now() < until; ) await sleep(50);
+    await removeThread(ctx, row);
+  }
+  await ctx.deps.blobs.delete(jsonlKey(row.org_id, id)).catch(() => undefined);
+  await publishMeta(ctx.deps, id, { type: 'thread_deleted', threadId: id, deletedAt: nowIso() });
+}
+
+async function removeThread(ctx: Ctx, row: Row): Promise<void> {
+  const id = row.id;
   await inTurn(ctx.deps, id, () =>
     withTx(ctx, async (tx) => {
       if (!(await lockThreadRow(ctx.deps, tx.trx!, id))) throw errors.notFound('thread', id);
@@ -291,8 +323,6 @@ export async function deleteThread(ctx: Ctx, id: string): Promise<void> {
       await threadActivity(tx, row, 'thread.deleted', `Thread ${row.title ?? row.id} deleted`);
     }),
   );
-  await ctx.deps.blobs.delete(jsonlKey(row.org_id, id)).catch(() => undefined);
-  await publishMeta(ctx.deps, id, { type: 'thread_deleted', threadId: id, deletedAt: nowIso() });
 }
 
 // ---- transient frames ------------------------------------------------------------------------

@@ -581,16 +581,16 @@ describe('threads', () => {
       expect(json(await inject(owner, 'GET', '/v1/threads?archived=true')).data.map((x: Thread) => x.id)).not.toContain(t.id);
     });
 
-    it('is refused with 409 THREAD_BUSY while a run is active', async () => {
+    it('is refused with 409 THREAD_BUSY while a compaction holds the thread (a run is cancelled instead: runs.test.ts)', async () => {
       const t = await createThread(owner);
       await appendDurable(h.deps, t.id, messages(1));
-      await acquireRunLock(h.deps, t.id, 'run_delete_busy');
+      await acquireRunLock(h.deps, t.id, 'cmp_delete_busy');
       const res = await inject(owner, 'DELETE', `/v1/threads/${t.id}`);
       expect(res.statusCode).toBe(409);
-      expect(json(res).error).toMatchObject({ code: 'THREAD_BUSY', activeRunId: 'run_delete_busy' });
+      expect(json(res).error).toMatchObject({ code: 'THREAD_BUSY', activeRunId: 'cmp_delete_busy' });
       expect(existsSync(jsonlPath(t))).toBe(true);
       expect((await listEvents(owner, t.id)).data.events).toHaveLength(1);
-      await releaseRunLock(h.deps, t.id, 'run_delete_busy');
+      await releaseRunLock(h.deps, t.id, 'cmp_delete_busy');
       expect((await inject(owner, 'DELETE', `/v1/threads/${t.id}`)).statusCode).toBe(204);
     });
   });
