@@ -7,7 +7,7 @@
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { compare, lastCommitted, record, save, toOutcome, type BenchOutcome } from './lib/results.js';
+import { compare, lastCommitted, record, save, toOutcome, updateReadme, type BenchOutcome } from './lib/results.js';
 
 export interface Benchmark {
   description: string;
@@ -63,6 +63,7 @@ for (const n of selected) {
     summaries.push(`${n}: FAILED`);
   }
 }
+if (!noSave && updateReadme(root)) console.log('README.md: performance figures updated from bench/results/');
 console.log('');
 for (const s of summaries) console.log(s);
 process.exit(failed ? 1 : 0);

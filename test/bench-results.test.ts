@@ -83,3 +83,26 @@ describe('benchmark results', () => {
     expect(lastCommitted(root, 'other')).toBeNull();
   });
 });
+
+describe("README's performance table", () => {
+  it('is the one the kept results make (npm run bench rewrites it)', async () => {
+    const { allRecords, readmeWithResults, renderResults } = await import('../bench/lib/results.js');
+    const { readFileSync } = await import('node:fs');
+    const root = path.resolve(import.meta.dirname, '..');
+    const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+    const expected = readmeWithResults(readme, renderResults(allRecords(root)));
+    expect(expected).not.toBeNull();
+    expect(readme).toBe(expected);
+  });
+
+  it('shows each benchmark with its figures, its aims and where it was measured', async () => {
+    const { renderResults } = await import('../bench/lib/results.js');
+    const table = renderResults([
+      rec({ ratio: 0.45 }, [
+        { name: 'ratio', figure: 'ratio', target: '>= 0.5', met: false },
+        { name: 'p99', figure: 'p99_ms', target: '< 50 ms', met: true },
+      ]),
+    ]);
+    expect(table).toContain('| `api` | s | 1/2 (not met: ratio >= 0.5) | 2026-11-29, abc, 2 cores |');
+  });
+});

@@ -4,7 +4,7 @@
  * last committed.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem } from 'node:os';
 import path from 'node:path';
 
@@ -150,4 +150,54 @@ export function compare(before: BenchRecord, after: BenchRecord, noise = 0.1): s
 function fmt(n: number): string {
   if (Number.isInteger(n)) return String(n);
   return Math.abs(n) >= 100 ? n.toFixed(0) : Math.abs(n) >= 1 ? n.toFixed(2) : n.toPrecision(2);
+}
+
+// ---- README's performance section ------------------------------------------------------------
+
+const START = '<!-- bench-results:start (written by `npm run bench` from bench/results/*.json; do not edit) -->';
+const END = '<!-- bench-results:end -->';
+
+/** Every kept result, by benchmark name. */
+export function allRecords(root: string): BenchRecord[] {
+  let files: string[];
+  try {
+    files = readdirSync(resultsDir(root)).filter((f) => f.endsWith('.json'));
+  } catch {
+    return [];
+  }
+  return files
+    .sort()
+    .map((f) => JSON.parse(readFileSync(path.join(resultsDir(root), f), 'utf8')) as BenchRecord);
+}
+
+/** The table README shows: one row per benchmark, its summary, its aims and where it was measured. */
+export function renderResults(records: BenchRecord[]): string {
+  const cell = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+  const rows = records.map((r) => {
+    const met = r.aims.filter((a) => a.met).length;
+    const aims = r.aims.length
+      ? `${met}/${r.aims.length}${met < r.aims.length ? ` (not met: ${r.aims.filter((a) => !a.met).map((a) => `${a.name} ${a.target}`).join('; ')})` : ''}`
+      : '';
+    const where = `${r.date.slice(0, 10)}, ${r.commit ? r.commit.slice(0, 7) : 'uncommitted'}${r.dirty ? '+' : ''}, ${r.machine.cores} cores`;
+    return `| \`${r.benchmark}\` | ${cell(r.summary.replace(/^[a-z]+(?: \[[^\]]+\])?: /, ''))} | ${cell(aims)} | ${where} |`;
+  });
+  return [START, '| benchmark | figures | aims met | measured |', '|---|---|---|---|', ...rows, END].join('\n');
+}
+
+/** README with its results block replaced (null when README has no block). */
+export function readmeWithResults(readme: string, block: string): string | null {
+  const a = readme.indexOf(START);
+  const b = readme.indexOf(END);
+  if (a < 0 || b < a) return null;
+  return readme.slice(0, a) + block + readme.slice(b + END.length);
+}
+
+/** Rewrites README's block from the kept results; answers whether it changed. */
+export function updateReadme(root: string): boolean {
+  const file = path.join(root, 'README.md');
+  const before = readFileSync(file, 'utf8');
+  const after = readmeWithResults(before, renderResults(allRecords(root)));
+  if (after === null || after === before) return false;
+  writeFileSync(file, after);
+  return true;
 }

@@ -128,7 +128,7 @@ export async function threadRoutes(app: App, deps: Deps) {
         tags,
         summary: 'Delete a thread',
         description:
-          'Deletes its events, rollouts and JSONL; emits `thread_deleted` and closes live subscribers (code 4410). 409 THREAD_BUSY while a run is active. Owner or organization admin.',
+          'Deletes its events, rollouts and JSONL; emits `thread_deleted` and closes live subscribers (code 4410). A run active on the thread is cancelled first (its `run_completed` says `cancelled`); 409 THREAD_BUSY while a compaction holds the thread. Owner or organization admin.',
         params: ThreadParams,
         response: { 204: z.null(), ...errorResponses },
       },
