@@ -1,5 +1,6 @@
 import type { InjectOptions } from 'fastify';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -864,5 +865,27 @@ describe('a sandbox whose agent misbehaves', () => {
     const destroyed = await call(h, admin, { method: 'DELETE', url: `/v1/sandboxes/${id}` });
     expect(destroyed.statusCode).toBe(204);
     expect((await getBox(h, admin, id)).state).toBe('destroyed');
+  });
+});
+
+describe('a long HANGAR_SANDBOX_DIR', () => {
+  let lh: Harness | undefined;
+  const dir = path.join(tmpdir(), `hangar-sandbox-dir-${'a-rather-long-folder-name-'.repeat(4)}`, 'sandboxes');
+  afterAll(async () => {
+    await lh?.close();
+    rmSync(path.dirname(dir), { recursive: true, force: true });
+  });
+
+  it('still creates sandboxes: the agent socket does not live under it', async () => {
+    // The socket path a container's folder would give is past the kernel's 108 bytes.
+    expect(Buffer.byteLength(path.join(dir, 'i00000000000', 'containers', 'sbx_0mx1646kk0000gPQHu3pyvx', 'agent.sock'))).toBeGreaterThan(108);
+    lh = await createHarness({ HANGAR_SANDBOX_DIR: dir });
+    const admin = await createOrgAdmin(lh);
+    const box = await create(lh, admin);
+    expect((await run(lh, admin, box.id, 'echo ok')).stdout).toBe('ok\n');
+    expect((await call(lh, admin, { method: 'POST', url: `/v1/sandboxes/${box.id}/pause` })).statusCode).toBe(200);
+    expect((await call(lh, admin, { method: 'POST', url: `/v1/sandboxes/${box.id}/resume` })).statusCode).toBe(200);
+    expect((await run(lh, admin, box.id, 'echo again')).stdout).toBe('again\n');
+    expect((await call(lh, admin, { method: 'DELETE', url: `/v1/sandboxes/${box.id}` })).statusCode).toBe(204);
   });
 });

@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { constants } from 'node:fs';
+import { constants, existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -14,6 +14,9 @@ import { type Mirrors, OsImages } from './os-images.js';
 import type { Assignment, BaseInfo, ContainerSpec, ContainerStatus, Layer, SandboxRuntime } from './types.js';
 
 const execFileP = promisify(execFile);
+
+/** Where the agents' sockets live, one folder per installation (see `socketDir`). */
+const AGENT_SOCKETS = '/run/hangar/agents';
 
 export interface RuncOptions {
   /** HANGAR_SANDBOX_DIR: base layers (shared by installations), and per installation its layers and containers. */
@@ -157,6 +160,11 @@ export class RuncRuntime implements SandboxRuntime {
   private readonly agents = new Map<string, AgentClient>();
   private readonly installDir: string;
   private readonly stateRoot: string;
+  /**
+   * The agents' sockets: short paths under /run whatever HANGAR_SANDBOX_DIR is (a Unix socket's path is capped at
+   * 107 bytes), root-only, so nothing in a sandbox can reach or swap them.
+   */
+  private readonly socketDir: string;
   private readonly runc: string;
   /** The agent binary containers bind in: a copy under /run/hangar/agent (see stageAgent). */
   private agentPath: string;
@@ -174,6 +182,7 @@ export class RuncRuntime implements SandboxRuntime {
   ) {
     this.installDir = path.join(opts.dir, opts.installId);
     this.stateRoot = path.join('/run/hangar/runc', opts.installId);
+    this.socketDir = path.join(AGENT_SOCKETS, opts.installId);
     this.runc = opts.runc ?? 'runc';
     this.agentPath = opts.agentBinary;
     this.images = new OsImages(opts.dir, opts.mirrors, opts.log);
@@ -225,6 +234,13 @@ export class RuncRuntime implements SandboxRuntime {
     return path.join(this.installDir, 'containers', id);
   }
 
+  /** A container's agent socket; one started by a version that kept it in the container's folder is found there. */
+  private socketOf(id: string): string {
+    const socket = path.join(this.socketDir, `${id}.sock`);
+    const legacy = path.join(this.dirOf(id), 'agent.sock');
+    return !existsSync(socket) && existsSync(legacy) ? legacy : socket;
+  }
+
   layerOf(templateId: string): Layer {
     const dir = path.join(this.installDir, 'layers', templateId);
     return { root: path.join(dir, 'root'), usr: path.join(dir, 'usr') };
@@ -245,7 +261,7 @@ export class RuncRuntime implements SandboxRuntime {
   agent(id: string): AgentClient {
     let client = this.agents.get(id);
     if (!client) {
-      client = new AgentClient(path.join(this.dirOf(id), 'agent.sock'));
+      client = new AgentClient(this.socketOf(id));
       this.agents.set(id, client);
     }
     return client;
@@ -277,7 +293,9 @@ export class RuncRuntime implements SandboxRuntime {
     // The agent's listening socket: created here (root-owned folder the sandbox cannot reach, so nothing in it
     // can swap the path for a link), handed to the container as fd 3. libuv unlinks a pipe's path when the
     // server closes, so it listens on a temporary name that is renamed into place before then.
-    const sock = path.join(dir, 'agent.sock');
+    await fs.mkdir(this.socketDir, { recursive: true, mode: 0o700 });
+    await fs.rm(path.join(dir, 'agent.sock'), { force: true });
+    const sock = path.join(this.socketDir, `${spec.id}.sock`);
     const tmpSock = `${sock}.${process.pid}.tmp`;
     await fs.rm(sock, { force: true });
     await fs.rm(tmpSock, { force: true });
@@ -447,6 +465,7 @@ export class RuncRuntime implements SandboxRuntime {
     }
     await fs.rm(this.installDir, { recursive: true, force: true });
     await fs.rm(this.stateRoot, { recursive: true, force: true });
+    await fs.rm(this.socketDir, { recursive: true, force: true });
     // runc removes each container's cgroup; the installation's parent group stays (in every controller on v1).
     const { mount } = this.cgroup;
     if (this.cgroup.version === 'v2') {
@@ -481,6 +500,7 @@ export class RuncRuntime implements SandboxRuntime {
     }
     if (!opts.keepDisk) await detachLoops(path.join(dir, 'disk.img'));
     await this.network?.detach(id);
+    await fs.rm(path.join(this.socketDir, `${id}.sock`), { force: true });
   }
 
   /**
