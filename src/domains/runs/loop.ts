@@ -1,11 +1,11 @@
 /** A run's turn loop: the model thinks (streamed into the thread), then the tools it called run, until it answers or runs out of turns. */
-import { streamText, type ModelMessage, type ToolSet } from 'ai';
+import { streamText, type ModelMessage, type TextStreamPart, type ToolSet } from 'ai';
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable, AgentsTable } from '../../database.js';
 import type { Ctx } from '../../platform/context.js';
 import { agentOf } from '../sandboxes/index.js';
 import { providerError, recordModelUsage, type resolveModel, toUsage } from '../models/index.js';
-import { threadHistory, transientFrames } from '../threads/index.js';
+import { threadHistory, transientFrames, type MessageSource } from '../threads/index.js';
 import { catalogueToolDefinitions, catalogueTools } from './catalog-tools.js';
 import { CancelledError, type RunIo } from './io.js';
 import type { RunBody, RunResult, RunUsage } from './schemas.js';
@@ -74,6 +74,7 @@ export async function runTurns(
     });
     let textOut = '';
     let reasoning = '';
+    const sources: MessageSource[] = [];
     const calls: { id: string; name: string; input: unknown }[] = [];
     for await (const part of stream.fullStream) {
       if (part.type === 'text-delta') {
@@ -82,6 +83,10 @@ export async function runTurns(
       } else if (part.type === 'reasoning-delta') {
         reasoning += part.text;
         await live(transientFrames.assistantThinkingDelta(origin(), messageId, part.text));
+      } else if (part.type === 'source') {
+        const source = toSource(part);
+        sources.push(source);
+        await live(transientFrames.assistantMessageSource(origin(), messageId, source));
       } else if (part.type === 'tool-call') calls.push({ id: part.toolCallId, name: part.toolName, input: part.input });
       else if (part.type === 'error') streamError = part.error;
       else if (part.type === 'finish') {
@@ -99,7 +104,12 @@ export async function runTurns(
 
     const assistantParts: Exclude<ModelMessage['content'], string> = [];
     if (textOut || reasoning) {
-      await durable([{ type: 'assistant_message', payload: { messageId, text: textOut, ...(reasoning ? { reasoning } : {}) } }]);
+      await durable([
+        {
+          type: 'assistant_message',
+          payload: { messageId, text: textOut, ...(reasoning ? { reasoning } : {}), ...(sources.length ? { sources } : {}) },
+        },
+      ]);
       if (textOut) {
         finalText = textOut;
         (assistantParts as unknown[]).push({ type: 'text', text: textOut });
@@ -119,4 +129,15 @@ export async function runTurns(
     messages.push({ role: 'tool', content: results } as ModelMessage);
   }
   return { status, finalText, maxTurns };
+}
+
+/** A provider's source part as the frames carry it: what identifies it, without provider-specific metadata. */
+function toSource(part: Extract<TextStreamPart<ToolSet>, { type: 'source' }>): MessageSource {
+  const cited = Object.values(part.providerMetadata ?? {})
+    .map((m) => (m as Record<string, unknown>).citedText)
+    .find((t): t is string => typeof t === 'string');
+  const common = { id: part.id, ...(part.title ? { title: part.title } : {}), ...(cited ? { citedText: cited } : {}) };
+  return part.sourceType === 'url'
+    ? { sourceType: 'url', url: part.url, ...common }
+    : { sourceType: 'document', mediaType: part.mediaType, ...(part.filename ? { filename: part.filename } : {}), ...common };
 }

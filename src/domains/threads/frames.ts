@@ -69,7 +69,13 @@ export const DurablePayloads = {
   }),
   user_message: z.looseObject({ text: z.string() }),
   /** `messageId` links the message to its `assistant_message_delta` frames, when it was streamed. */
-  assistant_message: z.looseObject({ messageId: z.string().optional(), text: z.string(), reasoning: z.string().optional() }),
+  assistant_message: z.looseObject({
+    messageId: z.string().optional(),
+    text: z.string(),
+    reasoning: z.string().optional(),
+    /** The sources and citations the model gave for this message (streamed as `assistant_message_source`). */
+    sources: z.array(z.lazy(() => MessageSource)).optional(),
+  }),
   tool_call: z.looseObject({ toolCallId: z.string(), name: z.string(), input: z.unknown() }),
   tool_result: z.looseObject({
     toolCallId: z.string(),
@@ -194,8 +200,29 @@ export interface TransientOrigin {
   sequenceNumber: number;
 }
 
+/**
+ * A source or citation a model gave: a web page (`url`) or a document the prompt held (`document`), with the text
+ * it cites when the provider says.
+ */
+export const MessageSource = z.looseObject({
+  sourceType: z.enum(['url', 'document']),
+  id: z.string(),
+  url: z.string().optional(),
+  title: z.string().optional(),
+  mediaType: z.string().optional(),
+  filename: z.string().optional(),
+  citedText: z.string().optional(),
+});
+export type MessageSource = z.infer<typeof MessageSource>;
+
 /** Typed constructors for the transient frames a run emits. */
 export const transientFrames = {
+  assistantMessageSource: (o: TransientOrigin, messageId: string, source: MessageSource): TransientFrame => ({
+    type: 'assistant_message_source',
+    ...o,
+    messageId,
+    source,
+  }),
   assistantMessageDelta: (o: TransientOrigin, messageId: string, delta: string): TransientFrame => ({
     type: 'assistant_message_delta',
     ...o,

@@ -23,6 +23,7 @@ export {
   DurablePayloads,
   ExecutionMode,
   LiveFrame,
+  MessageSource,
   MetadataFrame,
   METADATA_TYPES,
   SnapshotFrame,
