@@ -43,6 +43,8 @@ export async function runTurns(
   const { durable, live, origin } = io;
   const { id: runId, thread_id: threadId, execution_mode: mode } = row;
   let messageSeq = 0;
+  /** Sources not yet kept with a message: tools' (web_search results), a turn's without text; the next message keeps them. */
+  const toolSources: MessageSource[] = [];
   const { summary, messages: past } = await threadHistory(ctx, threadId, row.rollout_id);
   const messages: ModelMessage[] = past.map((m) => ({ role: m.role, content: m.text }));
   const system =
@@ -86,7 +88,7 @@ export async function runTurns(
       } else if (part.type === 'source') {
         const source = toSource(part);
         sources.push(source);
-        await live(transientFrames.assistantMessageSource(origin(), messageId, source));
+        await live(transientFrames.assistantMessageSource(origin(), { messageId }, source));
       } else if (part.type === 'tool-call') calls.push({ id: part.toolCallId, name: part.toolName, input: part.input });
       else if (part.type === 'error') streamError = part.error;
       else if (part.type === 'finish') {
@@ -103,11 +105,13 @@ export async function runTurns(
     if (streamError) throw providerError(streamError, model.entry.id);
 
     const assistantParts: Exclude<ModelMessage['content'], string> = [];
+    toolSources.push(...sources);
     if (textOut || reasoning) {
+      const kept = toolSources.splice(0);
       await durable([
         {
           type: 'assistant_message',
-          payload: { messageId, text: textOut, ...(reasoning ? { reasoning } : {}), ...(sources.length ? { sources } : {}) },
+          payload: { messageId, text: textOut, ...(reasoning ? { reasoning } : {}), ...(kept.length ? { sources: kept } : {}) },
         },
       ]);
       if (textOut) {
@@ -124,7 +128,7 @@ export async function runTurns(
     messages.push({ role: 'assistant', content: assistantParts } as ModelMessage);
     const results: unknown[] = [];
     for (const c of calls) {
-      results.push(await toolStep(ctx, { row, call: c, toolSet, catalogue, sandboxAgent, pids, signal, io }));
+      results.push(await toolStep(ctx, { row, call: c, toolSet, catalogue, sandboxAgent, pids, signal, io, sources: toolSources }));
     }
     messages.push({ role: 'tool', content: results } as ModelMessage);
   }

@@ -2,7 +2,7 @@
 import type { Selectable } from 'kysely';
 import type { AgentRunsTable } from '../../database.js';
 import type { Ctx } from '../../platform/context.js';
-import { transientFrames } from '../threads/index.js';
+import { transientFrames, type MessageSource } from '../threads/index.js';
 import { recordToolExecution } from '../tools/index.js';
 import { runCatalogueTool, runToolsCtx } from './catalog-tools.js';
 import { CancelledError, type RunIo } from './io.js';
@@ -33,6 +33,8 @@ export async function toolStep(
     pids: Set<number>;
     signal: AbortSignal;
     io: RunIo;
+    /** Where the sources a tool found go (streamed here, kept with the next assistant message by the loop). */
+    sources: MessageSource[];
   },
 ): Promise<unknown> {
   const { row, call: c, toolSet, catalogue, sandboxAgent, pids, signal, io } = step;
@@ -67,6 +69,10 @@ export async function toolStep(
     });
   }
   if (signal.aborted) throw new CancelledError();
+  for (const source of outcome.isError ? [] : toolSources(c, outcome.output)) {
+    step.sources.push(source);
+    await live(transientFrames.assistantMessageSource(origin(), { toolCallId: c.id }, source));
+  }
   io.onToolResult?.({ toolCallId: c.id, name: c.name, output: outcome.output, isError: outcome.isError });
   await live(transientFrames.toolCallCompleted(origin(), c.id, c.name, outcome.isError));
   await durable([
@@ -82,4 +88,22 @@ export async function toolStep(
     },
   ]);
   return toolResultPart(c, outcome);
+}
+
+/** The pages a `web_search` call found, as sources (its output is `{ results: [{ title, url, description }] }`). */
+function toolSources(c: ToolCall, output: string): MessageSource[] {
+  if (c.name !== 'web_search') return [];
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(output);
+  } catch {
+    return [];
+  }
+  const results = (parsed as { results?: unknown }).results;
+  if (!Array.isArray(results)) return [];
+  return results.flatMap((r, i) => {
+    const { url, title } = (r ?? {}) as { url?: unknown; title?: unknown };
+    if (typeof url !== 'string') return [];
+    return [{ sourceType: 'url' as const, id: `${c.id}:${i}`, url, ...(typeof title === 'string' && title ? { title } : {}) }];
+  });
 }

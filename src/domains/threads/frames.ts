@@ -217,10 +217,11 @@ export type MessageSource = z.infer<typeof MessageSource>;
 
 /** Typed constructors for the transient frames a run emits. */
 export const transientFrames = {
-  assistantMessageSource: (o: TransientOrigin, messageId: string, source: MessageSource): TransientFrame => ({
+  /** A source of the message `messageId`, or one a tool call found (`toolCallId`) for the message to come. */
+  assistantMessageSource: (o: TransientOrigin, of: { messageId: string } | { toolCallId: string }, source: MessageSource): TransientFrame => ({
     type: 'assistant_message_source',
     ...o,
-    messageId,
+    ...of,
     source,
   }),
   assistantMessageDelta: (o: TransientOrigin, messageId: string, delta: string): TransientFrame => ({
