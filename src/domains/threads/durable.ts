@@ -125,7 +125,7 @@ async function appendThenProject(deps: Deps, threadId: string, inputs: DurableIn
   let row = await onSqliteConnection(deps.db, (db) => sqliteStatements(deps, db).row.get(threadId) as Head | undefined);
   if (!row) throw errors.notFound('thread', threadId);
   const key = jsonlKey(row.org_id, row.id);
-  if (((await deps.blobs.size(key)) ?? 0) > row.jsonl_bytes) {
+  if (((deps.blobs.sizeNow ? deps.blobs.sizeNow(key) : await deps.blobs.size(key)) ?? 0) > row.jsonl_bytes) {
     row = await deps.db.kysely.transaction().execute(async (trx) => {
       const locked = await lockThreadRow(deps, trx, threadId);
       if (!locked) throw errors.notFound('thread', threadId);

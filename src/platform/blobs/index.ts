@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, statSync } from 'node:fs';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable } from 'node:stream';
@@ -29,6 +29,12 @@ export interface BlobStore {
   append(key: string, data: string | Buffer): Promise<void>;
   get(key: string, range?: { start: number; end: number }): Promise<Readable>;
   size(key: string): Promise<number | null>;
+  /**
+   * The size now, without a turn of the event loop, where the store can tell from local metadata (a local disk:
+   * one `stat` the kernel answers from its cache); absent where it cannot. For hot paths that check a size before
+   * every write.
+   */
+  sizeNow?(key: string): number | null;
   delete(key: string): Promise<void>;
 }
 
@@ -97,6 +103,11 @@ export class LocalBlobStore implements BlobStore {
     const file = this.file(key);
     await stat(file); // fail with ENOENT before the caller commits to a response
     return createReadStream(file, range ? { start: range.start, end: range.end } : undefined);
+  }
+
+  sizeNow(key: string): number | null {
+    const s = statSync(this.file(key), { throwIfNoEntry: false });
+    return s ? s.size : null;
   }
 
   async size(key: string): Promise<number | null> {

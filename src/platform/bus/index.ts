@@ -16,7 +16,9 @@ export class MemoryBus implements Bus {
   private readonly emitter = new EventEmitter().setMaxListeners(0);
 
   async publish(channel: string, message: unknown): Promise<void> {
-    // Deliver a copy, as Redis would, so subscribers never share mutable state with the publisher.
+    // Deliver a copy, as Redis would, so subscribers never share mutable state with the publisher; with no
+    // subscriber (a thread nobody watches) there is nothing to copy.
+    if (this.emitter.listenerCount(channel) === 0) return;
     this.emitter.emit(channel, JSON.parse(JSON.stringify(message)));
   }
 

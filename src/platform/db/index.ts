@@ -31,7 +31,8 @@ export interface Db {
 export function onSqliteConnection<T>(db: Db, fn: (sqlite: SQLite.Database) => T): Promise<T> {
   const sqlite = db.sqlite;
   if (!sqlite) throw new Error('onSqliteConnection is for the embedded SQLite database');
-  return db.kysely.connection().execute(async () => fn(sqlite));
+  // The executor's connection provider (the driver's one-connection mutex) without `connection()`'s new Kysely.
+  return db.kysely.getExecutor().provideConnection(async () => fn(sqlite));
 }
 
 /** Opens the configured database: SQLite (WAL) by default, PostgreSQL when DATABASE_URL is set. */
