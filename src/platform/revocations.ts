@@ -1,6 +1,9 @@
+import { CompiledQuery } from 'kysely';
 import type { Logger } from 'pino';
 import type { Bus } from './bus/index.js';
 import type { Principal } from './context.js';
+import type { Executor } from './db/index.js';
+import { base62 } from './ids.js';
 
 /** The bus channel every replica listens on for credentials that stopped being valid. */
 export const REVOCATION_CHANNEL = 'credentials.revoked';
@@ -14,6 +17,34 @@ export type Revocation =
   | { kind: 'membership'; userId: string; orgId: string; removed: boolean }
   /** A linked device's credential (its node was revoked). */
   | { kind: 'device'; nodeId: string };
+
+/** The system_settings row whose value changes, to a new random one, with every revocation. */
+const REVOCATION_MARK = 'credential_revocations';
+
+/**
+ * Changes the installation's revocation mark, in the caller's transaction. Every change that makes credentials
+ * invalid or narrower calls it with the change (an API key revoked; a member removed or given another role): what
+ * caches credentials (identity's API key cache) trusts an entry only while the mark is the one it read the entry
+ * under, so the change reaches the next request on every replica with the commit itself. The bus is not enough for
+ * that (it closes sockets): a replica may hear the message only after it has answered a request.
+ */
+export async function markRevocation(db: Executor): Promise<void> {
+  const value = base62(16);
+  await db
+    .insertInto('system_settings')
+    .values({ key: REVOCATION_MARK, value })
+    .onConflict((oc) => oc.column('key').doUpdateSet({ value }))
+    .execute();
+}
+
+/** Compiled once: it runs on every request an API key authenticates. The same SQL in both dialects. */
+const MARK_QUERY = CompiledQuery.raw(`select "value" from "system_settings" where "key" = '${REVOCATION_MARK}'`);
+
+/** The installation's revocation mark now; '' before the first revocation. */
+export async function revocationMark(db: Executor): Promise<string> {
+  const { rows } = await db.executeQuery<{ value: string }>(MARK_QUERY);
+  return rows[0]?.value ?? '';
+}
 
 /** Close code of a live connection whose credential was revoked or expired (as the HTTP 401). */
 export const CLOSE_UNAUTHENTICATED = 4401;

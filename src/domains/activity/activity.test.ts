@@ -284,6 +284,119 @@ describe('activity', () => {
     });
   });
 
+  describe('bytes', () => {
+    // The mapping from a row to the event that the API has always written, and JSON.stringify of the page around it:
+    // the database now writes each event's JSON itself, and must give these bytes exactly.
+    const OPTIONAL = {
+      thread_id: 'threadId',
+      agent_run_id: 'agentRunId',
+      sandbox_id: 'sandboxId',
+      workspace_id: 'workspaceId',
+      tool_slug: 'toolSlug',
+      installable_agent_install_id: 'installableAgentInstallId',
+      code_execution_id: 'codeExecutionId',
+      runmesh_node_id: 'runmeshNodeId',
+    } as const;
+    function toEvent(row: Record<string, string | null>) {
+      const e: Record<string, unknown> = {
+        id: row.id,
+        resourceType: row.resource_type,
+        resourceId: row.resource_id,
+        eventType: row.event_type,
+        severity: row.severity,
+        status: row.status,
+        title: row.title,
+        summary: row.summary,
+        actorUserId: row.actor_user_id,
+        occurredAt: row.occurred_at,
+      };
+      for (const [column, key] of Object.entries(OPTIONAL)) if (row[column]) e[key] = row[column];
+      if (row.metadata) e.metadata = JSON.parse(row.metadata);
+      return e;
+    }
+
+    let admin: Actor;
+    beforeAll(async () => {
+      admin = await createOrgAdmin(h);
+      // Every BMP character but the surrogates (and NUL, which PostgreSQL cannot store in text), in one title.
+      let every = '';
+      for (let c = 1; c < 0x10000; c++) if (c < 0xd800 || c > 0xdfff) every += String.fromCharCode(c);
+      await record(admin, {
+        eventType: 'bytes.every_character',
+        title: every,
+        summary: `astral 😀, lone surrogate \ud800 stored as U+FFFD, quote " backslash \\ slash / \u2028\u2029 <script>`,
+        metadata: { '2': 'integer-like key first', b: { nested: [1, null, true, 'x"y\\z\n\u0001é😀'] }, n: 1e21, f: 0.1 + 0.2, neg: -0, e: {} },
+      });
+      await record(admin, {
+        eventType: 'bytes.every_optional',
+        threadId: 'thr_1',
+        agentRunId: 'run_1',
+        sandboxId: 'sbx_1',
+        workspaceId: 'ws_1',
+        toolSlug: 'web-search',
+        installableAgentInstallId: 'iai_1',
+        codeExecutionId: 'cex_1',
+        runmeshNodeId: 'rmn_1',
+        metadata: {},
+      });
+      // Empty strings count as unset, as they always have.
+      await record(admin, { eventType: 'bytes.empty_optional', threadId: '', sandboxId: '', toolSlug: '', summary: '' });
+      // A system action: no actor.
+      await h.deps.db.kysely
+        .insertInto('activity_events')
+        .values({
+          id: `act_${Date.now().toString(36)}bytes`,
+          org_id: admin.orgId,
+          resource_type: 'organization',
+          resource_id: admin.orgId,
+          event_type: 'bytes.no_actor',
+          severity: 'warning',
+          status: 'noted',
+          title: 'no actor',
+          summary: '',
+          actor_user_id: null,
+          actor_api_key_id: null,
+          thread_id: null,
+          agent_run_id: null,
+          sandbox_id: null,
+          workspace_id: null,
+          tool_slug: null,
+          installable_agent_install_id: null,
+          code_execution_id: null,
+          runmesh_node_id: null,
+          metadata: null,
+          occurred_at: new Date().toISOString(),
+        })
+        .execute();
+    });
+
+    it('answers exactly the bytes JSON.stringify gave for the objects the rows used to become', async () => {
+      const rows = (await h.deps.db.kysely
+        .selectFrom('activity_events')
+        .selectAll()
+        .where('org_id', '=', admin.orgId)
+        .orderBy('occurred_at', 'desc')
+        .orderBy('id', 'desc')
+        .execute()) as unknown as Record<string, string | null>[];
+      expect(rows.length).toBeGreaterThan(4);
+
+      const all = await get(admin, '?limit=200');
+      expect(all.statusCode).toBe(200);
+      expect(all.headers['content-type']).toBe('application/json; charset=utf-8');
+      const requestId = all.headers['x-request-id'];
+      expect(all.body).toBe(JSON.stringify({ data: { events: rows.map(toEvent) }, meta: { requestId, hasMore: false, nextCursor: null } }));
+
+      const first = await get(admin, '?limit=2');
+      const meta = json(first).meta;
+      expect(meta.hasMore).toBe(true);
+      expect(first.body).toBe(
+        JSON.stringify({ data: { events: rows.slice(0, 2).map(toEvent) }, meta: { requestId: first.headers['x-request-id'], ...meta } }),
+      );
+      const next = await get(admin, `?limit=2&cursor=${meta.nextCursor}`);
+      expect(json(next).data.events).toEqual(rows.slice(2, 4).map(toEvent));
+    });
+  });
+
   describe('limit', () => {
     let admin: Actor;
     beforeAll(async () => {

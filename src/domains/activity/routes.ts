@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { errorResponses, page, PageMetaSchema } from '../../platform/http/envelope.js';
-import type { App } from '../../platform/http/server.js';
+import { errorResponses, pageJson, PageMetaSchema } from '../../platform/http/envelope.js';
+import { sendJsonText, type App } from '../../platform/http/server.js';
 import { ActivityList, ActivityQuery } from './schemas.js';
-import { listActivity } from './service.js';
+import { listActivityJson } from './service.js';
 
 export const ActivityPage = z.object({ data: ActivityList, meta: PageMetaSchema });
 
@@ -20,9 +20,11 @@ export async function activityRoutes(app: App) {
         response: { 200: ActivityPage, ...errorResponses },
       },
     },
-    async (req) => {
-      const result = await listActivity(req.ctx, req.query);
-      return page(req, { events: result.events }, result);
+    // The events come as JSON text from the database, and the page around them is written as text too: the hot
+    // path of the API never builds the events as objects (ADR 0037).
+    async (req, reply) => {
+      const result = await listActivityJson(req.ctx, req.query);
+      return sendJsonText(req, reply, pageJson(req, 'events', result.events, result));
     },
   );
 }

@@ -1,11 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { SignJWT } from 'jose';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { expectActivity } from '../../../test/activity.js';
 import { securitySuite } from '../../../test/security.js';
+import { markRevocation } from '../../platform/revocations.js';
 import { ROLE_SCOPES } from '../../platform/scopes.js';
 import { createUser, issueSessionToken } from './index.js';
+import { KEY_CACHE_TTL_MS } from './key-cache.js';
 
 describe('API keys and authentication', () => {
   let h: Harness;
@@ -113,9 +115,31 @@ describe('API keys and authentication', () => {
         .set({ expires_at: new Date(Date.now() - 1000).toISOString() })
         .where('id', '=', created.id)
         .execute();
-      const res = await me({ 'x-api-key': created.key });
-      expect(res.statusCode).toBe(401);
-      expect(json(res).error.code).toBe('unauthenticated');
+      // Nothing in the product moves an expiry (it is fixed at creation), so nothing marks it for the key cache:
+      // as a stored key expires only when its time comes, this one is read again once its cache entry is stale.
+      vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + KEY_CACHE_TTL_MS });
+      try {
+        const res = await me({ 'x-api-key': created.key });
+        expect(res.statusCode).toBe(401);
+        expect(json(res).error.code).toBe('unauthenticated');
+      } finally {
+        vi.useRealTimers();
+      }
+    });
+
+    it('refuses a key the moment it expires, even one just used', async () => {
+      const expiresAt = new Date(Date.now() + 60_000).toISOString();
+      const created = json(await createKey(admin.headers, { name: 'expiring soon', scopes: ['org:read'], expiresAt })).data;
+      vi.useFakeTimers({ toFake: ['Date'], now: Date.parse(expiresAt) - 1 });
+      try {
+        expect((await me({ 'x-api-key': created.key })).statusCode).toBe(200);
+        vi.setSystemTime(Date.parse(expiresAt));
+        const res = await me({ 'x-api-key': created.key });
+        expect(res.statusCode).toBe(401);
+        expect(json(res).error.code).toBe('unauthenticated');
+      } finally {
+        vi.useRealTimers();
+      }
     });
 
     it('rejects unknown scopes and malformed bodies with 400', async () => {
@@ -219,15 +243,19 @@ describe('API keys and authentication', () => {
       const demoted = await addOrgMember(h, admin, 'admin');
       const key = await keyFor(h, demoted, ['billing:read']);
       expect((await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { 'x-api-key': key } })).statusCode).toBe(200);
+      // Changed in the table directly, with the revocation mark changed as changeMemberRole and removeMember change it
+      // (a cached key is read again for it): the key is not revoked, so what refuses it is its owner's membership.
       await h.deps.db.kysely
         .updateTable('memberships')
         .set({ role: 'member' })
         .where('user_id', '=', demoted.userId)
         .where('org_id', '=', demoted.orgId)
         .execute();
+      await markRevocation(h.deps.db.kysely);
       expect((await h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { 'x-api-key': key } })).statusCode).toBe(403);
 
       await h.deps.db.kysely.deleteFrom('memberships').where('user_id', '=', demoted.userId).where('org_id', '=', demoted.orgId).execute();
+      await markRevocation(h.deps.db.kysely);
       const gone = await me({ 'x-api-key': key });
       expect(gone.statusCode).toBe(401);
       expect(json(gone).error.code).toBe('unauthenticated');
@@ -266,6 +294,42 @@ describe('API keys and authentication', () => {
       expect((await listKeys(alice.headers)).data.map((k: { id: string }) => k.id)).not.toContain(created.id);
       const withRevoked = await listKeys(alice.headers, '?include_revoked=true');
       expect(withRevoked.data.find((k: { id: string }) => k.id === created.id).revokedAt).toBe(revokedAt);
+    });
+
+    it('a key in use (so cached) is refused by the first request after its revocation, whatever was in flight', async () => {
+      const created = json(await createKey(alice.headers, { name: 'busy', scopes: ['org:read'] })).data;
+      for (let i = 0; i < 3; i++) expect((await me({ 'x-api-key': created.key })).statusCode).toBe(200);
+      const inFlight = Array.from({ length: 20 }, () => me({ 'x-api-key': created.key }));
+      const revoked = await h.app.inject({ method: 'DELETE', url: `/v1/api-keys/${created.id}`, headers: alice.headers });
+      expect(revoked.statusCode).toBe(200);
+      expect((await me({ 'x-api-key': created.key })).statusCode).toBe(401);
+      // Those sent before the revocation answered one way or the other, and none left the key usable after it.
+      for (const res of await Promise.all(inFlight)) expect([200, 401]).toContain(res.statusCode);
+      expect((await me({ 'x-api-key': created.key })).statusCode).toBe(401);
+    });
+
+    it('a member removed or demoted through the API is refused or narrowed on their key’s next request', async () => {
+      const demoted = await addOrgMember(h, admin, 'admin');
+      const key = await keyFor(h, demoted, ['billing:read', 'org:read']);
+      const credits = () => h.app.inject({ method: 'GET', url: '/v1/billing/credits', headers: { 'x-api-key': key } });
+      for (let i = 0; i < 2; i++) expect((await credits()).statusCode).toBe(200);
+      const changed = await h.app.inject({
+        method: 'PATCH',
+        url: `/v1/organizations/${admin.orgId}/members/${demoted.userId}`,
+        headers: admin.headers,
+        payload: { role: 'member' },
+      });
+      expect(changed.statusCode).toBe(200);
+      expect((await credits()).statusCode).toBe(403);
+
+      expect((await me({ 'x-api-key': key })).statusCode).toBe(200);
+      const removed = await h.app.inject({
+        method: 'DELETE',
+        url: `/v1/organizations/${admin.orgId}/members/${demoted.userId}`,
+        headers: admin.headers,
+      });
+      expect(removed.statusCode).toBe(204);
+      expect((await me({ 'x-api-key': key })).statusCode).toBe(401);
     });
 
     it('sets lastUsedAt once the key is used', async () => {

@@ -13,6 +13,7 @@ import {
   type Deps,
   type Principal,
 } from '../../platform/context.js';
+import { markRevocation, revocationMark } from '../../platform/revocations.js';
 import { sha256Hex } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/index.js';
 import { errors } from '../../platform/http/errors.js';
@@ -21,6 +22,7 @@ import { base62, nowIso, uuid } from '../../platform/ids.js';
 import { ALL_SCOPES, expandScopes, isValidScopePattern, ROLE_SCOPES, type Role, type Scope } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import type { ApiKey, CreateApiKeyBody } from './schemas.js';
+import { KeyCache, type KnownKey } from './key-cache.js';
 import { BUILTIN_ISSUER, createTokenVerifier, type VerifiedSubject } from './tokens.js';
 
 const KEY_PATTERN = /^hgr_(live|test)_[0-9A-Za-z]{40}$/;
@@ -129,37 +131,66 @@ export function createAuthenticator(deps: Deps, lookups: AuthenticatorLookups): 
   const verify = createTokenVerifier(deps.config);
   const db = deps.db.kysely;
 
-  async function byApiKey(secret: string, wantedOrg: string | undefined): Promise<Principal> {
-    if (!KEY_PATTERN.test(secret)) throw errors.unauthenticated('API key is malformed');
+  // Looked-up keys, per app; valid while the revocation mark is unchanged (key-cache.ts).
+  const cache = new KeyCache();
+
+  /** Reads the key and its owner's role; 401 when the key is unknown, revoked or expired, or its owner gone. */
+  async function lookUpKey(hash: string, now: number): Promise<KnownKey> {
     const row = await db
       .selectFrom('api_keys')
       .select(['id', 'org_id', 'user_id', 'scopes', 'revoked_at', 'expires_at', 'last_used_at'])
-      .where('hash', '=', sha256Hex(secret))
+      .where('hash', '=', hash)
       .executeTakeFirst();
-    const now = new Date();
-    if (!row || row.revoked_at || (row.expires_at && new Date(row.expires_at) <= now)) {
+    if (!row || row.revoked_at || (row.expires_at && Date.parse(row.expires_at) <= now)) {
       throw errors.unauthenticated('API key is invalid, expired or revoked');
     }
     const role = (await lookups.membership(row.user_id, row.org_id))?.role;
     if (!role) throw errors.unauthenticated('the owner of this API key is no longer a member of its organization');
-    if (wantedOrg && wantedOrg !== row.org_id) throw errors.forbidden('this API key belongs to another organization');
-    // Awaited (at most once a minute per key) so a listing right after a use already shows it.
-    if (!row.last_used_at || now.getTime() - Date.parse(row.last_used_at) > LAST_USED_RESOLUTION_MS) {
+    return {
+      id: row.id,
+      orgId: row.org_id,
+      userId: row.user_id,
+      role,
+      scopes: scopesFor(role, JSON.parse(row.scopes)),
+      expiresAt: row.expires_at,
+      expiresMs: row.expires_at ? Date.parse(row.expires_at) : Number.POSITIVE_INFINITY,
+      lastUsedMs: row.last_used_at ? Date.parse(row.last_used_at) : 0,
+    };
+  }
+
+  async function byApiKey(secret: string, wantedOrg: string | undefined): Promise<Principal> {
+    if (!KEY_PATTERN.test(secret)) throw errors.unauthenticated('API key is malformed');
+    const hash = sha256Hex(secret);
+    const now = Date.now();
+    // Read first: a revocation committed after this read changes the mark, so what is read next cannot outlive it.
+    const mark = await revocationMark(db);
+    let key = cache.get(hash, mark, now);
+    if (!key) {
+      key = await lookUpKey(hash, now);
+      cache.put(hash, key, mark, now);
+    } else if (key.expiresMs <= now) {
+      throw errors.unauthenticated('API key is invalid, expired or revoked');
+    }
+    if (wantedOrg && wantedOrg !== key.orgId) throw errors.forbidden('this API key belongs to another organization');
+    // Awaited (at most once a minute per key) so a listing right after a use already shows it. Marked before the
+    // write so that concurrent requests of a cached key do not all write it.
+    if (now - key.lastUsedMs > LAST_USED_RESOLUTION_MS) {
+      key.lastUsedMs = now;
       await db
         .updateTable('api_keys')
-        .set({ last_used_at: now.toISOString() })
-        .where('id', '=', row.id)
+        .set({ last_used_at: new Date(now).toISOString() })
+        .where('id', '=', key.id)
         .execute()
         .catch((err) => deps.log.warn({ err }, 'could not record API key use'));
     }
     return {
       kind: 'api_key',
-      userId: row.user_id,
-      orgId: row.org_id,
-      role,
-      scopes: scopesFor(role, JSON.parse(row.scopes)),
-      apiKeyId: row.id,
-      expiresAt: row.expires_at,
+      userId: key.userId,
+      orgId: key.orgId,
+      role: key.role,
+      scopes: key.scopes,
+      apiKeyId: key.id,
+      expiresAt: key.expiresAt,
     };
   }
 
@@ -302,6 +333,7 @@ export async function revokeApiKey(ctx: Ctx, id: string): Promise<ApiKey> {
     if (row.revoked_at) return toApiKey(row);
     const revokedAt = nowIso();
     await exec(tx).updateTable('api_keys').set({ revoked_at: revokedAt }).where('id', '=', id).execute();
+    await markRevocation(exec(tx));
     await recordActivity(tx, {
       resourceType: 'api_key',
       resourceId: id,

@@ -1,5 +1,6 @@
 import { exec, type Ctx, type Deps } from '../../platform/context.js';
 import { nowIso } from '../../platform/ids.js';
+import { markRevocation } from '../../platform/revocations.js';
 
 /**
  * Identity's verbs over its own tables (users, api_keys) for the domains that need a user's profile or a
@@ -57,7 +58,10 @@ export async function revokeMemberKeys(ctx: Ctx, org: string, userId: string): P
     .where('user_id', '=', userId)
     .where('revoked_at', 'is', null)
     .executeTakeFirst();
-  return Number(result.numUpdatedRows);
+  const revoked = Number(result.numUpdatedRows);
+  // Cached keys are trusted only while the mark stands (key-cache.ts).
+  if (revoked > 0) await markRevocation(exec(ctx));
+  return revoked;
 }
 
 /** True once the database has any user (the CLI's `init` refuses to run twice). */

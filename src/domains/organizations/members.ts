@@ -1,5 +1,6 @@
 import { exec, orgId, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { errors } from '../../platform/http/errors.js';
+import { markRevocation } from '../../platform/revocations.js';
 import { scopesNow, type Role } from '../../platform/scopes.js';
 import { recordActivity } from '../activity/index.js';
 import { INVITED_ISSUER, revokeMemberKeys, userForEmail, userProfiles } from '../identity/index.js';
@@ -119,6 +120,7 @@ export async function changeMemberRole(ctx: Ctx, id: string, userId: string, rol
     changed = true;
     if (role !== 'admin') await refuseLastAdmin(tx, org, member, 'demote');
     await exec(tx).updateTable('memberships').set({ role }).where('org_id', '=', org).where('user_id', '=', userId).execute();
+    await markRevocation(exec(tx));
     await memberActivity(tx, org, 'member.role_changed', `${member.email ?? userId} is now ${role}`, {
       userId,
       email: member.email,
@@ -143,6 +145,7 @@ export async function removeMember(ctx: Ctx, id: string, userId: string): Promis
     const member = await findMember(tx, org, userId);
     await refuseLastAdmin(tx, org, member, 'remove');
     await exec(tx).deleteFrom('memberships').where('org_id', '=', org).where('user_id', '=', userId).execute();
+    await markRevocation(exec(tx));
     const revoked = await revokeMemberKeys(tx, org, userId);
     await memberActivity(tx, org, 'member.removed', `${member.email ?? userId} removed`, {
       userId,

@@ -13,13 +13,16 @@ import Fastify, {
 import {
   hasZodFastifySchemaValidationErrors,
   jsonSchemaTransform,
+  ResponseSerializationError,
   jsonSchemaTransformObject,
   serializerCompiler,
   validatorCompiler,
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
+import { isDeepStrictEqual } from 'node:util';
 import FindMyWay from 'find-my-way';
 import type { Logger } from 'pino';
+import { z } from 'zod';
 import type { Authenticate, Credential, Ctx, Deps } from '../context.js';
 import { base62 } from '../ids.js';
 import type { Scope } from '../scopes.js';
@@ -59,6 +62,27 @@ export function credentialOf(req: FastifyRequest): { credential: Credential; org
   else if (authorization && /^bearer\s+/i.test(authorization)) credential.bearer = authorization.replace(/^bearer\s+/i, '').trim();
   const org = req.headers['x-org-id'];
   return { credential, ...(typeof org === 'string' && org ? { orgIdHint: org } : {}) };
+}
+
+/**
+ * Answers with JSON that is serialized already (a page whose rows the database wrote as JSON): Fastify sends a
+ * string with a JSON content type as it is. Where responses are validated (tests), the body is parsed and checked
+ * against the route's schema for the status, as the serializer checks an object, and it must also hold nothing
+ * the schema would have left out, since here nothing strips it.
+ */
+export function sendJsonText(req: FastifyRequest, reply: FastifyReply, body: string): FastifyReply {
+  if (req.ctx.deps.config.validateResponses) {
+    const schemas = req.routeOptions.schema?.response as Record<number, z.ZodType> | undefined;
+    const schema = schemas?.[reply.statusCode];
+    if (!schema) throw new Error(`no response schema for ${reply.statusCode} on ${req.method} ${req.routeOptions.url}`);
+    const value: unknown = JSON.parse(body);
+    const result = z.safeEncode(schema, value);
+    if (result.error) throw new ResponseSerializationError(req.method, req.routeOptions.url ?? req.url, { cause: result.error });
+    if (!isDeepStrictEqual(result.data, value)) {
+      throw new Error(`${req.method} ${req.routeOptions.url}: the response holds fields its schema does not declare`);
+    }
+  }
+  return reply.type('application/json; charset=utf-8').send(body);
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
