@@ -1,17 +1,18 @@
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
 import { clientGone } from '../../platform/http/client-gone.js';
-import { sendNdjson } from '../../platform/http/ndjson.js';
+import { sendNdjsonText } from '../../platform/http/ndjson.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
 import { AvailableModels, ProxyBody, ProxyResult } from './schemas.js';
-import { availableModels, modelGateway, proxyGenerate, proxyStream } from './service.js';
+import { availableModels, closeModelGateway, modelGateway, proxyGenerate, proxyStream } from './service.js';
 
 const tags = ['models'];
 const proxyErrors = { ...errorResponses, 502: ErrorBody, 503: ErrorBody, 504: ErrorBody };
 
 export async function modelRoutes(app: App, deps: Deps) {
   modelGateway(deps); // a bad models file stops start-up with a ConfigError naming it
+  app.addHook('onClose', () => closeModelGateway(deps));
 
   app.get(
     '/v1/models/available',
@@ -70,7 +71,7 @@ export async function modelRoutes(app: App, deps: Deps) {
     },
     async (req, reply) => {
       const gone = clientGone(reply).signal;
-      await sendNdjson(reply, await proxyStream(req.ctx, req.body, gone), gone);
+      await sendNdjsonText(reply, await proxyStream(req.ctx, req.body, gone), gone);
     },
   );
 }

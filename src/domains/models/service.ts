@@ -16,6 +16,7 @@ import { stateKey } from '../../platform/state.js';
 import { recordUsage, requireCredits, settleAfterCommit } from '../billing/index.js';
 import { existingSecretNames, resolveSecret } from '../secrets/index.js';
 import { loadCatalogue, type ModelEntry } from './catalogue.js';
+import { OpenAIUpstream, toChatRequest, type ChatRequest, type StreamHooks } from './passthrough.js';
 import { createModelProvider, type ModelProvider } from './providers.js';
 import type { ProxyBody, ProxyResult, Usage } from './schemas.js';
 
@@ -23,14 +24,29 @@ import type { ProxyBody, ProxyResult, Usage } from './schemas.js';
 export interface ModelGateway {
   catalogue: ModelEntry[];
   provider: ModelProvider;
+  /**
+   * The platform's OpenAI-compatible provider as the model proxy's passthrough reaches it, without the AI SDK
+   * (ADR 0036); null when there is none (and then every proxy call goes through the AI SDK).
+   */
+  passthrough: OpenAIUpstream | null;
 }
 
 const MODEL_STATE = stateKey('models', () => ({ gateway: null as ModelGateway | null }));
 
 export function modelGateway(deps: Deps): ModelGateway {
   const state = deps.state.get(MODEL_STATE);
-  state.gateway ??= { catalogue: loadCatalogue(deps.config.models), provider: createModelProvider(deps.config.models) };
+  const config = deps.config.models;
+  state.gateway ??= {
+    catalogue: loadCatalogue(config),
+    provider: createModelProvider(config),
+    passthrough: config.openai ? new OpenAIUpstream(config.openai) : null,
+  };
   return state.gateway;
+}
+
+/** Closes the gateway's connections to providers (with the app that made them). */
+export async function closeModelGateway(deps: Deps): Promise<void> {
+  await deps.state.get(MODEL_STATE).gateway?.passthrough?.close();
 }
 
 export async function availableModels(ctx: Ctx) {
@@ -61,6 +77,12 @@ export interface ResolvedModel {
  * the caller (or the organization) has. Errors name what to configure.
  */
 export async function resolveModel(ctx: Ctx, id: string, opts: { platformOnly?: boolean; field?: string } = {}): Promise<ResolvedModel> {
+  const { entry, key } = await resolveEntry(ctx, id, opts);
+  return { entry, model: modelGateway(ctx.deps).provider.languageModel(entry, key) };
+}
+
+/** The catalogue entry `resolveModel` checks, and the BYOK key it runs on (the AI SDK model object is not made). */
+async function resolveEntry(ctx: Ctx, id: string, opts: { platformOnly?: boolean; field?: string }): Promise<{ entry: ModelEntry; key?: string }> {
   const field = opts.field ?? 'model';
   const { catalogue, provider } = modelGateway(ctx.deps);
   const entry = catalogue.find((m) => m.id === id);
@@ -69,11 +91,11 @@ export async function resolveModel(ctx: Ctx, id: string, opts: { platformOnly?: 
     if (opts.platformOnly) throw errors.invalidField(field, `"${id}" is a bring-your-own-key model; the model proxy serves platform models only`);
     const key = await resolveSecret(ctx.deps, orgId(ctx), ctx.principal.userId, entry.requiresSecret!);
     if (!key) throw errors.invalidField(field, `"${id}" needs the secret ${entry.requiresSecret}: create it with POST /v1/secrets`);
-    return { entry, model: provider.languageModel(entry, key) };
+    return { entry, key };
   }
   const why = provider.platformUnavailable(entry.provider);
   if (why) throw errors.unavailable(`platform model "${id}" is not available on this server: ${why}`);
-  return { entry, model: provider.languageModel(entry) };
+  return { entry };
 }
 
 export function toUsage(u: LanguageModelUsage | undefined): Usage {
@@ -202,28 +224,42 @@ async function requireModelCredits(ctx: Ctx, entry: ModelEntry, what: string): P
   if (entry.tier === 'platform') await requireCredits(ctx, orgId(ctx), what);
 }
 
+/**
+ * A proxy call of a platform model on the OpenAI-compatible provider, with options that all translate, goes through
+ * the passthrough (ADR 0036); any other call through the AI SDK.
+ */
+function passthroughCall(deps: Deps, entry: ModelEntry, body: ProxyBody): { upstream: OpenAIUpstream; request: ChatRequest } | null {
+  const upstream = entry.tier === 'platform' && entry.provider === 'openai' ? modelGateway(deps).passthrough : null;
+  const request = upstream ? toChatRequest(entry.model, body.options) : null;
+  return upstream && request ? { upstream, request } : null;
+}
+
 /** `POST /v1/model-proxy`: one platform model call, the whole result at once. */
 export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<ProxyResult> {
   requireScope(ctx, 'models:use');
   checkTier(body);
-  const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
+  const { entry } = await resolveEntry(ctx, body.model, { platformOnly: true });
   await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
-  let result: Awaited<ReturnType<typeof generateText>>;
+  const direct = passthroughCall(ctx.deps, entry, body);
+  let answer: Omit<ProxyResult, 'model'>;
   try {
-    result = await generateText(callArgs(body, model, timeout));
+    answer = direct ? await direct.upstream.generate(direct.request, timeout) : await generateThroughSdk(ctx, entry, body, timeout);
   } catch (err) {
     throw providerError(err, entry.id);
   }
-  const usage = toUsage(result.usage);
-  await recordModelUsage(ctx.deps, { orgId: orgId(ctx), userId: ctx.principal.userId, entry, usage, source: 'proxy' });
+  await recordModelUsage(ctx.deps, { orgId: orgId(ctx), userId: ctx.principal.userId, entry, usage: answer.usage, source: 'proxy' });
+  return { model: entry.id, ...answer };
+}
+
+async function generateThroughSdk(ctx: Ctx, entry: ModelEntry, body: ProxyBody, signal: AbortSignal): Promise<Omit<ProxyResult, 'model'>> {
+  const result = await generateText(callArgs(body, modelGateway(ctx.deps).provider.languageModel(entry), signal));
   return {
-    model: entry.id,
     text: result.text,
     reasoning: result.reasoningText ?? '',
     toolCalls: result.toolCalls.map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input })),
     finishReason: result.finishReason,
-    usage,
+    usage: toUsage(result.usage),
   };
 }
 
@@ -275,17 +311,45 @@ export type StreamLine =
   | { type: 'finish'; finishReason: string; usage: Usage }
   | { type: 'error'; error: { code: string; message: string } };
 
+const ndjson = (line: StreamLine) => `${JSON.stringify(line)}\n`;
+
 /**
  * `POST /v1/model-proxy/stream`: validates and resolves first (errors before any byte are ordinary HTTP errors),
- * then yields NDJSON lines; an error mid-stream is an `error` line and the stream ends.
+ * then yields NDJSON text (one or more whole lines at a time); an error mid-stream is an `error` line and the stream
+ * ends.
  */
-export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<AsyncGenerator<StreamLine>> {
+export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<AsyncGenerator<string>> {
   requireScope(ctx, 'models:use');
   checkTier(body);
-  const { entry, model } = await resolveModel(ctx, body.model, { platformOnly: true });
+  const { entry } = await resolveEntry(ctx, body.model, { platformOnly: true });
   await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
-  return streamLines(ctx, entry, callArgs(body, model, timeout), signal, timeout, { source: 'proxy' });
+  const direct = passthroughCall(ctx.deps, entry, body);
+  if (direct) return direct.upstream.stream(direct.request, signal, timeout, proxyLines(ctx, entry));
+  const model = modelGateway(ctx.deps).provider.languageModel(entry);
+  return ndjsonText(await streamLines(ctx, entry, callArgs(body, model, timeout), signal, timeout, { source: 'proxy' }));
+}
+
+/** The lines of a passthrough stream that are the service's: `start`, `finish` once metered, `error` as mapped. */
+function proxyLines(ctx: Ctx, entry: ModelEntry): StreamHooks {
+  const { deps } = ctx;
+  const org = orgId(ctx);
+  const userId = ctx.principal.userId;
+  return {
+    start: ndjson({ type: 'start', model: entry.id }),
+    async finish(usage, finishReason) {
+      await recordModelUsage(deps, { orgId: org, userId, entry, usage, source: 'proxy' });
+      return ndjson({ type: 'finish', finishReason, usage });
+    },
+    errorLine(err) {
+      const e = providerError(err, entry.id);
+      return ndjson({ type: 'error', error: { code: e.code, message: e.message } });
+    },
+  };
+}
+
+async function* ndjsonText(lines: AsyncGenerator<StreamLine>): AsyncGenerator<string> {
+  for await (const line of lines) yield ndjson(line);
 }
 
 /**
