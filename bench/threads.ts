@@ -3,7 +3,7 @@
  *   (a) fan-out: one publisher, N (500) WebSocket subscribers of one thread, transient `assistant_message_delta`
  *       frames. Baseline: a bare `ws` WebSocketServer broadcasting the same JSON (same bytes) to N clients.
  *       Hangar: frames published as the POST route does after its checks (`deps.bus.publish(threadChannel(id),
- *       { kind: 'transient', frame })`, through the in-process bus and the per-process hub to the sockets), and,
+ *       frame)`, through the in-process bus and the per-process hub to the sockets), and,
  *       separately, through `POST /v1/thread-events` over HTTP. Both servers run in this process (Hangar built as
  *       test/harness.ts does, the bare server beside it, measured one at a time); the N clients (and the HTTP
  *       publisher) run in one child process, so their CPU is not the server's. Each frame carries its publish time
@@ -565,7 +565,8 @@ export async function run(argv: string[]): Promise<BenchOutcome> {
     let seq = 0;
     const publishers: Record<'bare' | 'bus', (phase: number) => unknown> = {
       bare: (phase) => b.broadcast(JSON.stringify(wireFrame(ids, phase, ++seq))),
-      bus: (phase) => h.deps.bus.publish(threadChannel(thread.id), { kind: 'transient', frame: wireFrame(ids, phase, ++seq) }),
+      // As `publishFrame` does: the frame itself is the bus message (the hub drops what is not a frame).
+      bus: (phase) => h.deps.bus.publish(threadChannel(thread.id), wireFrame(ids, phase, ++seq)),
     };
 
     let phaseNo = 0;
@@ -770,6 +771,8 @@ export async function run(argv: string[]): Promise<BenchOutcome> {
         const p = pool(`${t}/${step}`);
         pooled[`${t}/${step}`] = p;
         if (p.unexpectedCloses) throw new Error(`${t}: ${p.unexpectedCloses} subscribers were closed during the ${step} step`);
+        // Frames that reach nobody measure nothing (a message the hub does not take as a frame is dropped).
+        if (p.deliveries === 0) throw new Error(`${t}: no frame reached a subscriber during the ${step} step`);
         const ratio = p.deliveriesPerS / base.deliveriesPerS;
         let aim = '';
         let result = '';
