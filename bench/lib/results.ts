@@ -165,9 +165,7 @@ export function allRecords(root: string): BenchRecord[] {
   } catch {
     return [];
   }
-  return files
-    .sort()
-    .map((f) => JSON.parse(readFileSync(path.join(resultsDir(root), f), 'utf8')) as BenchRecord);
+  return files.sort().map((f) => JSON.parse(readFileSync(path.join(resultsDir(root), f), 'utf8')) as BenchRecord);
 }
 
 /** The table README shows: one row per benchmark, its summary, its aims and where it was measured. */
@@ -176,7 +174,14 @@ export function renderResults(records: BenchRecord[]): string {
   const rows = records.map((r) => {
     const met = r.aims.filter((a) => a.met).length;
     const aims = r.aims.length
-      ? `${met}/${r.aims.length}${met < r.aims.length ? ` (not met: ${r.aims.filter((a) => !a.met).map((a) => `${a.name} ${a.target}`).join('; ')})` : ''}`
+      ? `${met}/${r.aims.length}${
+          met < r.aims.length
+            ? ` (not met: ${r.aims
+                .filter((a) => !a.met)
+                .map((a) => `${a.name} ${a.target}`)
+                .join('; ')})`
+            : ''
+        }`
       : '';
     const where = `${r.date.slice(0, 10)}, ${r.commit ? r.commit.slice(0, 7) : 'uncommitted'}${r.dirty ? '+' : ''}, ${r.machine.cores} cores`;
     return `| \`${r.benchmark}\` | ${cell(r.summary.replace(/^[a-z]+(?: \[[^\]]+\])?: /, ''))} | ${cell(aims)} | ${where} |`;
