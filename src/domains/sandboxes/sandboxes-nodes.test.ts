@@ -37,7 +37,7 @@ let fake: FakeOpenAI;
 function nodeEnv(id: string, octet: number, memoryMb: number): Record<string, string> {
   const dataDir = mkdtempSync(path.join(tmpdir(), `hangar-node-${id}-`));
   dirs.push(dataDir);
-  // Kept between runs, as the default folder is (its base layer is reused); short: agent socket paths hold 107 bytes.
+  // Kept between runs, as the default folder is (its base layer is reused).
   const sandboxDir = `/var/lib/hangar/sbx-${id.slice(-1)}`;
   mkdirSync(sandboxDir, { recursive: true });
   return {

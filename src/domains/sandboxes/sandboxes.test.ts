@@ -806,7 +806,8 @@ describe('a sandbox whose agent misbehaves', () => {
 
   /** What a user who took over the agent could do: answer the server's next request with a 200 that never ends. */
   async function takeOver(id: string): Promise<FakeAgent> {
-    const sock = path.join(h.deps.config.sandboxes.dir, h.deps.installId, 'containers', id, 'agent.sock');
+    // Where the runtime keeps a container's agent socket (runc.ts: short, under /run, whatever HANGAR_SANDBOX_DIR is).
+    const sock = path.join('/run/hangar/agents', h.deps.installId, `${id}.sock`);
     const fake = await new FakeAgent(sock, 'endless-chunked').start();
     h.deps.sandboxes.agent(id).close(); // kept-alive connections to the real agent go
     return fake;
