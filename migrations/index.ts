@@ -17,7 +17,6 @@ import * as channels from './20261128T0200_channels.js';
 import * as contextSessions from './20261128T1500_context_sessions.js';
 import * as jobEngine from './20261128T1600_job_engine.js';
 import * as deployments from './20261128T1700_deployments.js';
-import * as deploymentSweep from './20261128T1800_deployment_sweep.js';
 
 /** Every migration, in order. Names are timestamps so they sort the way they apply. */
 export const migrations: Record<string, Migration> = {
@@ -39,5 +38,4 @@ export const migrations: Record<string, Migration> = {
   '20261128T1500_context_sessions': contextSessions,
   '20261128T1600_job_engine': jobEngine,
   '20261128T1700_deployments': deployments,
-  '20261128T1800_deployment_sweep': deploymentSweep,
 };
