@@ -117,6 +117,8 @@ build_native() {
   fi
   build native/launcher.c native/build/hangar-launcher \
     || warn "building the launcher failed: code execution will be unavailable"
+  build native/spawner.c native/build/hangar-spawner \
+    || warn "building the spawner failed: code execution will be unavailable"
   # The reaper runs inside the sandbox: static, so it needs nothing from the sandbox's /lib and adds
   # almost nothing to the peak RSS it measures. Falls back to a dynamic build without libc.a.
   build native/reaper.c native/build/hangar-reaper -static 2>/dev/null \

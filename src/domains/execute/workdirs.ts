@@ -18,16 +18,21 @@ export class WorkDirs {
     private readonly log: Logger,
   ) {}
 
-  /** A fresh, empty work directory: a ready one when there is one, else a new one. */
+  /**
+   * A fresh, empty work directory: a ready one when there is one, else a new one. The pool is refilled when a
+   * directory is discarded, after its run, so that making the next one does not queue ahead of this run's start.
+   */
   async take(): Promise<WorkDir> {
     const ready = this.spares.pop();
+    if (ready) return ready;
     this.refill();
-    return ready ?? this.isolation.createWorkDir();
+    return this.isolation.createWorkDir();
   }
 
-  /** Deletes a used directory in the background; close() waits for it. */
+  /** Deletes a used directory in the background (close() waits for it) and makes a fresh one. */
   discard(work: WorkDir): void {
     this.track(work.dispose().catch((err: Error) => this.log.error({ err, dir: work.path }, 'could not delete a code execution work directory')));
+    this.refill();
   }
 
   private refill(): void {

@@ -1,15 +1,13 @@
-import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import { constants as os } from 'node:os';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
-import { promisify } from 'node:util';
 import { z } from 'zod';
 import type { CgroupInfo } from './cgroups.js';
+import type { Spawner } from './spawner.js';
 import type { Isolation, Limits, RunResult, RunSpec, WorkDir } from './types.js';
 import type { UidSlots } from './uid-slots.js';
 
-const execFileP = promisify(execFile);
+const EMPTY = Buffer.alloc(0);
 
 /** Where the tools dir appears inside every run (native/common.h HANGAR_TOOLS_PATH). */
 export const TOOLS_PATH = '/.hangar';
@@ -98,6 +96,8 @@ export class BwrapIsolation implements Isolation {
   constructor(
     private readonly cfg: BwrapConfig,
     private readonly slots: UidSlots,
+    /** Starts the launcher from a small resident process (spawner.ts), off Hangar's event loop. */
+    private readonly spawner: Spawner,
   ) {}
 
   /** A fresh tmpfs (size-limited, mode 0700) owned by a uid no other live work directory has. */
@@ -199,73 +199,62 @@ export class BwrapIsolation implements Isolation {
     ];
 
     const dir = path.resolve(spec.workDir);
-    let handle!: { kill(): void; done: Promise<unknown> };
-    const done = new Promise<RunResult>((resolve) => {
-      // fd 3 carries the launcher's report; fds 0-2 are the program's stdio, relayed by the launcher.
-      const child = spawn(this.cfg.launcherPath, args, { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], env: {} });
-      handle = { kill: () => child.kill('SIGTERM'), done: Promise.resolve() };
-      const stdout = collect(child.stdout, limits.outputBytes);
-      const stderr = collect(child.stderr, limits.outputBytes);
-      const report = collect(child.stdio[3] as Readable, 64 * 1024);
-      let spawnError: Error | null = null;
-      let aborted = false;
-
-      const onAbort = () => {
-        aborted = true;
-        child.kill('SIGTERM'); // the launcher kills the whole tree through the freezer and still reports
-      };
-      spec.signal?.addEventListener('abort', onAbort, { once: true });
-      // If the launcher itself ever hangs (it should not), end it and sweep the cgroups it leaves.
-      let backstopFired = false;
-      const backstop = setTimeout(() => {
-        backstopFired = true;
-        child.kill('SIGKILL');
-      }, limits.wallMs + 30_000);
-      backstop.unref();
-
-      child.stdin.on('error', () => undefined); // EPIPE: the program did not read all of its stdin
-      child.stdin.end(spec.stdin ?? '');
-      child.on('error', (err) => {
-        spawnError = err;
-      });
-      child.on('close', (exitCode, exitSignal) => {
-        clearTimeout(backstop);
-        if (backstopFired) void this.sweep();
-        spec.signal?.removeEventListener('abort', onAbort);
-        const out = stdout.done();
-        const err = stderr.done();
-        const base = {
-          stdout: out.text,
-          stderr: err.text,
-          stdoutTruncated: out.truncated,
-          stderrTruncated: err.truncated,
-          wallMs: Date.now() - started,
-          cpuMs: 0,
-          memoryKb: 0,
-        };
-        if (spawnError) {
-          return resolve({ ...base, code: null, signal: null, status: 'error', message: `cannot start the launcher: ${spawnError.message}` });
-        }
-        let parsed: LauncherReport | null = null;
-        try {
-          parsed = LauncherReport.parse(JSON.parse(report.done().text.trim().split('\n').pop() || 'null'));
-        } catch {
-          parsed = null;
-        }
-        if (!parsed) {
-          const how = exitSignal ? `was killed by ${exitSignal}` : `exited with code ${exitCode}`;
-          return resolve({
-            ...base,
-            code: null,
-            signal: aborted ? 'SIGKILL' : null,
-            status: aborted ? 'aborted' : 'error',
-            message: `the launcher ${how} without a report`,
-          });
-        }
-        resolve(toRunResult(parsed, base, spec, aborted));
-      });
+    // fd 3 carries the launcher's report; fds 0-2 are the program's stdio, relayed by the launcher.
+    const child = this.spawner.spawn({
+      file: this.cfg.launcherPath,
+      args,
+      stdin: spec.stdin ?? '',
+      caps: [limits.outputBytes, limits.outputBytes, 64 * 1024],
     });
-    handle.done = done;
+    let aborted = false;
+    const onAbort = () => {
+      aborted = true;
+      child.kill('SIGTERM'); // the launcher kills the whole tree through the freezer and still reports
+    };
+    spec.signal?.addEventListener('abort', onAbort, { once: true });
+    // If the launcher itself ever hangs (it should not), end it and sweep the cgroups it leaves.
+    let backstopFired = false;
+    const backstop = setTimeout(() => {
+      backstopFired = true;
+      child.kill('SIGKILL');
+    }, limits.wallMs + 30_000);
+    backstop.unref();
+    const handle = { kill: () => child.kill('SIGTERM'), done: child.done as Promise<unknown> };
+    const done = child.done.then((r): RunResult => {
+      clearTimeout(backstop);
+      if (backstopFired) void this.sweep();
+      spec.signal?.removeEventListener('abort', onAbort);
+      const [out = EMPTY, err = EMPTY, report = EMPTY] = r.outputs;
+      const base = {
+        stdout: out.toString('utf8'),
+        stderr: err.toString('utf8'),
+        stdoutTruncated: r.truncated[0] ?? false,
+        stderrTruncated: r.truncated[1] ?? false,
+        wallMs: Date.now() - started,
+        cpuMs: 0,
+        memoryKb: 0,
+      };
+      if (r.error) {
+        return { ...base, code: null, signal: null, status: 'error', message: `cannot start the launcher: ${r.error}` };
+      }
+      let parsed: LauncherReport | null = null;
+      try {
+        parsed = LauncherReport.parse(JSON.parse(report.toString('utf8').trim().split('\n').pop() || 'null'));
+      } catch {
+        parsed = null;
+      }
+      if (!parsed) {
+        const how = r.signal ? `was killed by ${r.signal}` : `exited with code ${r.code}`;
+        return {
+          ...base,
+          code: null,
+          signal: aborted ? 'SIGKILL' : null,
+          status: aborted ? 'aborted' : 'error',
+          message: `the launcher ${how} without a report`,
+        };
+      }
+      return toRunResult(parsed, base, spec, aborted);
+    });
     let runs = this.inFlight.get(dir);
     if (!runs) {
       runs = new Set();
@@ -296,18 +285,13 @@ export class BwrapIsolation implements Isolation {
 
   /** Removes the cgroups of launchers that are gone. */
   async sweep(): Promise<void> {
-    await execFileP(this.cfg.launcherPath, ['sweep', '--cgroup-root', this.cfg.cgroup.launcherRoot, '--cgroup-parent', this.cfg.cgroup.parent], {
-      env: {},
-    }).catch(() => undefined);
+    await this.spawner
+      .exec(this.cfg.launcherPath, ['sweep', '--cgroup-root', this.cfg.cgroup.launcherRoot, '--cgroup-parent', this.cfg.cgroup.parent])
+      .catch(() => undefined);
   }
 
   private async launcher(args: string[]): Promise<void> {
-    try {
-      await execFileP(this.cfg.launcherPath, args, { env: {} });
-    } catch (err) {
-      const e = err as { stderr?: string; message: string };
-      throw new Error((e.stderr || e.message).trim());
-    }
+    await this.spawner.exec(this.cfg.launcherPath, args);
   }
 }
 
@@ -386,25 +370,6 @@ function abortedBeforeStart(): RunResult {
     cpuMs: 0,
     memoryKb: 0,
   };
-}
-
-/** Keeps the first `cap` bytes of a stream and keeps reading (and dropping) the rest. */
-function collect(stream: Readable, cap: number) {
-  const chunks: Buffer[] = [];
-  let kept = 0;
-  let truncated = false;
-  stream.on('data', (chunk: Buffer) => {
-    if (kept >= cap) {
-      truncated ||= chunk.length > 0;
-      return;
-    }
-    const take = Math.min(chunk.length, cap - kept);
-    chunks.push(take === chunk.length ? chunk : chunk.subarray(0, take));
-    kept += take;
-    if (take < chunk.length) truncated = true;
-  });
-  stream.on('error', () => undefined);
-  return { done: () => ({ text: Buffer.concat(chunks).toString('utf8'), truncated }) };
 }
 
 function checkSpec(spec: RunSpec): void {

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { BwrapIsolation, installCopy, type BwrapConfig } from './bwrap.js';
 import { CgroupUnavailable, cgroupSetup } from './cgroups.js';
+import { Spawner } from './spawner.js';
 import type { Isolation, RunResult } from './types.js';
 import { UidSlots } from './uid-slots.js';
 
@@ -108,6 +109,7 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   const nativeDir = opts.nativeDir ?? NATIVE_DIR;
   const launcherPath = path.join(nativeDir, 'hangar-launcher');
   const builtReaper = path.join(nativeDir, 'hangar-reaper');
+  const spawnerPath = path.join(nativeDir, 'hangar-spawner');
   const bwrapPath = opts.bwrapPath ?? '/usr/bin/bwrap';
   const cgroupRoot = opts.cgroupRoot ?? '/sys/fs/cgroup';
   const cgroupParent = opts.cgroupParent ?? 'hangar';
@@ -126,7 +128,7 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   if (!(await canAccess(bwrapPath, constants.X_OK))) {
     throw new Unavailable(`bubblewrap is not installed (no ${bwrapPath}): run \`bash scripts/setup.sh\` as root or \`apt-get install bubblewrap\``);
   }
-  for (const p of [launcherPath, builtReaper]) {
+  for (const p of [launcherPath, builtReaper, spawnerPath]) {
     if (!(await canAccess(p, constants.X_OK))) {
       throw new Unavailable(`the native isolation helpers are not built (no ${p}): run \`bash scripts/setup.sh\``);
     }
@@ -183,7 +185,7 @@ async function create(opts: IsolationOptions): Promise<Isolation> {
   };
   let isolation: BwrapIsolation | undefined;
   const slots = new UidSlots(lockDir, uidBase, uidCount, (dir) => isolation!.removeDir(dir));
-  isolation = new BwrapIsolation(cfg, slots);
+  isolation = new BwrapIsolation(cfg, slots, new Spawner(spawnerPath));
 
   // Clean up after processes that died: their run cgroups, uid locks and work dirs.
   await isolation.sweep();
