@@ -66,7 +66,8 @@ export function toOutcome(result: string | BenchOutcome): BenchOutcome {
 
 export function record(root: string, name: string, args: string[], outcome: BenchOutcome): BenchRecord {
   const commit = git(root, ['rev-parse', 'HEAD'])?.trim() ?? null;
-  const status = git(root, ['status', '--porcelain', '--untracked-files=no', '--', 'src', 'bench', 'native', 'package-lock.json']);
+  // The results files themselves do not make a run dirty: an earlier benchmark of the same `npm run bench` wrote them.
+  const status = git(root, ['status', '--porcelain', '--untracked-files=no', '--', 'src', 'bench', 'native', 'package-lock.json', ':!bench/results']);
   return {
     benchmark: name,
     commit,
