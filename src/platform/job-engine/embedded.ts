@@ -199,6 +199,16 @@ export function embeddedEngine(
       return id;
     },
 
+    async backlog() {
+      const rows = await db
+        .selectFrom('jobs')
+        .select(['queue', 'state', (eb) => eb.fn.countAll<number | string>().as('n')])
+        .where('state', 'in', ['created', 'retry', 'active'])
+        .groupBy(['queue', 'state'])
+        .execute();
+      return rows.map((r) => ({ queue: r.queue, state: r.state as 'created' | 'retry' | 'active', count: Number(r.n) }));
+    },
+
     async getJob(id): Promise<JobInfo | null> {
       const row = await db.selectFrom('jobs').selectAll().where('id', '=', id).executeTakeFirst();
       if (!row) return null;

@@ -21,6 +21,7 @@ export function withSchedules(base: BaseEngine, db: Kysely<Database>, log: Pick<
     work: (queue, handler, opts) => base.work(queue, handler, opts),
     send: (queue, data, opts) => base.send(queue, data, opts),
     getJob: (id) => base.getJob(id),
+    backlog: () => base.backlog(),
     schedule: (name, spec) => scheduler.schedule(name, spec),
     unschedule: (name) => scheduler.unschedule(name),
     tick: (now) => scheduler.tick(now),
@@ -71,6 +72,11 @@ function lazyPgBoss(make: () => PgBossEngine, exists: () => Promise<boolean>, lo
       if (!live) return null;
       await live;
       return base.getJob(id);
+    },
+    async backlog() {
+      if (!live) return [];
+      await live;
+      return base.backlog();
     },
     async start() {
       if (await exists()) {

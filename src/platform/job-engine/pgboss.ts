@@ -242,6 +242,19 @@ export function pgBossEngine(opts: PgBossEngineOptions): PgBossEngine {
       return id;
     },
 
+    async backlog() {
+      if (state !== 'started') return [];
+      const res = await db().executeSql(
+        `SELECT name, state::text AS state, count(*)::int AS n FROM ${schema}.job WHERE state IN ('created', 'retry', 'active') GROUP BY 1, 2`,
+        [],
+      );
+      return (res?.rows ?? []).map((r: { name: string; state: string; n: number }) => ({
+        queue: r.name,
+        state: r.state as 'created' | 'retry' | 'active',
+        count: Number(r.n),
+      }));
+    },
+
     async getJob(id: string): Promise<JobInfo | null> {
       if (!UUID.test(id) || state !== 'started') return null;
       // pg-boss looks a job up by queue and id (its primary key); across queues, one index probe per queue.

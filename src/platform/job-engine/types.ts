@@ -81,6 +81,8 @@ export interface JobEngine {
   schedule(name: string, spec: ScheduleSpec): Promise<void>;
   unschedule(name: string): Promise<void>;
   getJob(id: string): Promise<JobInfo | null>;
+  /** Jobs waiting (created, retry) and running (active), by queue: the backlog `GET /metrics` shows (ADR 0040). */
+  backlog(): Promise<{ queue: string; state: 'created' | 'retry' | 'active'; count: number }[]>;
   start(): Promise<void>;
   /** Stops taking jobs and waits for the running ones (their signals abort after `graceMs`). */
   stop(graceMs?: number): Promise<void>;
