@@ -4,12 +4,12 @@ import type { Config, ServiceName } from './config.js';
 import { activityRegistry, activityRoutes } from './domains/activity/index.js';
 import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
 import { billingRoutes, onCreditsExhausted, registerAutoTopup, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
-import { executeRoutes } from './domains/execute/index.js';
+import { executeRoutes, registerExecuteMetrics } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
-import { modelRoutes } from './domains/models/index.js';
+import { modelRoutes, registerModelMetrics } from './domains/models/index.js';
 import { oauthRoutes, registerFlowOwners, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
-import { cancelRunOfDeletedThread, registerLocalDispatcher, runRoutes, startRunJobs } from './domains/runs/index.js';
+import { cancelRunOfDeletedThread, registerLocalDispatcher, registerRunMetrics, runRoutes, startRunJobs } from './domains/runs/index.js';
 import {
   authenticateDevice,
   deviceFrame,
@@ -44,6 +44,7 @@ import {
   sandboxUsingTemplate,
   startSandboxJobs,
   startSandboxPool,
+  registerSandboxMetrics,
 } from './domains/sandboxes/index.js';
 import { registerStorageActivity, storageRoutes } from './domains/storage/index.js';
 import { setTemplateUseCheck, startTemplateJobs, templateRoutes } from './domains/templates/index.js';
@@ -70,6 +71,8 @@ import { nodeListening, startNodeHeartbeat } from './platform/nodes/index.js';
 import { LiveCredentials } from './platform/revocations.js';
 import { createSandboxRuntime, unavailableSandboxRuntime } from './platform/sandboxes/index.js';
 import { RuntimeState } from './platform/state.js';
+import { Metrics } from './platform/metrics.js';
+import { startMetricsListener } from './platform/http/metrics.js';
 import { createJobEngine } from './platform/job-engine/index.js';
 
 type RouteModule = (app: App, deps: Deps) => Promise<void>;
@@ -174,6 +177,7 @@ export async function createDeps(config: Config, opts: { log?: Logger; isolation
     live: new LiveCredentials(bus, logger),
     state: new RuntimeState(),
     jobs: createJobEngine(config, db.kysely, logger),
+    metrics: new Metrics(config.metrics, logger),
   };
 }
 
@@ -228,9 +232,29 @@ export async function buildApp(deps: Deps): Promise<App> {
   registerTriggerActivity(registry);
   registerDeploymentActivity(registry);
   registerWorkflowActivity(registry);
+  // Gauges read at each scrape of GET /metrics (ADR 0040); the domains own what they count.
+  if (deps.metrics.enabled) {
+    registerExecuteMetrics(deps);
+    registerSandboxMetrics(deps);
+    registerRunMetrics(deps);
+    registerModelMetrics(deps);
+    deps.metrics.gauge('hangar_jobs', 'Durable jobs waiting (created, retry) and running (active), by queue', ['queue', 'state'], async () =>
+      (await deps.jobs.backlog()).map((b): [{ queue: string; state: string }, number] => [{ queue: b.queue, state: b.state }, b.count]),
+    );
+  }
   for (const service of deps.config.services) {
     for (const routes of SERVICE_ROUTES[service]) await routes(app, deps);
   }
+  // Metrics on a port of their own (ADR 0040), opened and closed with the app's own listener.
+  let metricsListener: Awaited<ReturnType<typeof startMetricsListener>> = null;
+  app.addHook('onListen', async () => {
+    metricsListener = await startMetricsListener(deps);
+    if (metricsListener) deps.metrics.listening = { host: metricsListener.address.address, port: metricsListener.address.port };
+  });
+  app.addHook('onClose', async () => {
+    await metricsListener?.close();
+    deps.metrics.listening = null;
+  });
   // Once listening, the address becomes this node's internal URL unless HANGAR_NODE_URL names one (ADR 0024).
   app.addHook('onListen', async () => nodeListening(deps, app.server.address()));
   const started: Stoppable[] = [];

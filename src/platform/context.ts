@@ -7,6 +7,7 @@ import type { BlobStore } from './blobs/index.js';
 import type { Bus } from './bus/index.js';
 import type { Db, Executor } from './db/index.js';
 import type { Isolation } from './isolation/types.js';
+import type { Metrics } from './metrics.js';
 import type { SandboxRuntime } from './sandboxes/types.js';
 import { errors } from './http/errors.js';
 import type { LiveCredentials } from './revocations.js';
@@ -32,6 +33,8 @@ export interface Deps {
   state: RuntimeState;
   /** The durable job engine (ADR 0032): domains declare their queues from their start jobs; app.ts starts it after them. */
   jobs: JobEngine;
+  /** Prometheus instruments of this app (ADR 0040); `enabled` is false when nobody can scrape them. */
+  metrics: Metrics;
 }
 
 /** Who is calling. An API key acts for the user who created it, within that key's organization. */

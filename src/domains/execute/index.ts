@@ -1,2 +1,2 @@
 export { executeRoutes } from './routes.js';
-export { executeCode, listRuntimes, createExecutor, sharedExecutor, type Executor } from './service.js';
+export { executeCode, listRuntimes, createExecutor, registerExecuteMetrics, sharedExecutor, type Executor } from './service.js';

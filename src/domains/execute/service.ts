@@ -410,6 +410,7 @@ export async function executeCode(
       });
     });
     await settleAfterCommit(ctx.deps, [usageId]);
+    if (event !== 'started') executionCounter(ctx.deps).inc({ language: lang.name, result: event, outcome: String(metadata.outcome ?? 'exited') });
   };
   const fail = (outcome: Outcome, summary: string, severity: 'warning' | 'error', metadata: Record<string, unknown> = {}, cpuSeconds?: number) =>
     record('failed', summary, { outcome, ...metadata }, severity, cpuSeconds);
@@ -468,3 +469,23 @@ export async function executeCode(
 }
 
 class SandboxError extends Error {}
+
+const executionCounter = (deps: Deps) =>
+  deps.metrics.counter(
+    'hangar_executions_total',
+    'Code executions finished, by language, result (completed: exit code 0; failed) and outcome (exited, compile_failed, timeout, ...)',
+    ['language', 'result', 'outcome'],
+  );
+
+/** Gauges of the execution pool (ADR 0040), registered by app.ts. */
+export function registerExecuteMetrics(deps: Deps): void {
+  executionCounter(deps);
+  deps.metrics.gauge('hangar_execute_pool', 'Code executions running in a sandbox and waiting for a slot', ['state'], async () => {
+    const executor = await deps.state.get(EXECUTORS).get(deps.isolation);
+    if (!executor) return [];
+    return [
+      [{ state: 'running' }, executor.pool.running],
+      [{ state: 'queued' }, executor.pool.queued],
+    ];
+  });
+}

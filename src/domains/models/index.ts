@@ -3,6 +3,7 @@ export {
   modelGateway,
   resolveModel,
   recordModelUsage,
+  registerModelMetrics,
   toUsage,
   providerError,
   availableModels,

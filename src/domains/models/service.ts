@@ -110,6 +110,30 @@ export function toUsage(u: LanguageModelUsage | undefined): Usage {
   };
 }
 
+const tokenCounter = (deps: Deps) =>
+  deps.metrics.counter('hangar_model_tokens_total', "Model tokens used, by model (platform models; `byok` for members' own), kind and source", [
+    'model',
+    'tier',
+    'kind',
+    'source',
+  ]);
+
+/** The model series of `GET /metrics` (ADR 0040), registered by app.ts. */
+export function registerModelMetrics(deps: Deps): void {
+  tokenCounter(deps);
+}
+
+/** Tokens by model for metrics (ADR 0040): platform models by id; a member's own (BYOK) models all as `byok`. */
+function countTokens(deps: Deps, entry: ModelEntry, usage: Usage, source: string): void {
+  if (!deps.metrics.enabled) return;
+  const tokens = tokenCounter(deps);
+  const model = entry.tier === 'platform' ? entry.id : 'byok';
+  const uncached = Math.max(0, usage.inputTokens - usage.cachedInputTokens);
+  tokens.inc({ model, tier: entry.tier, kind: 'input', source }, uncached);
+  tokens.inc({ model, tier: entry.tier, kind: 'cached_input', source }, usage.cachedInputTokens);
+  tokens.inc({ model, tier: entry.tier, kind: 'output', source }, usage.outputTokens);
+}
+
 /**
  * Records one model call and meters it, in one transaction: the `model_usage` row (at the catalogue price) and its
  * usage event (priced by the organization's plan: its price for the model's class, else the catalogue's; BYOK
@@ -126,6 +150,7 @@ export async function recordModelUsage(
     ? Math.round(uncached * p.inputPerMTok + input.usage.cachedInputTokens * p.cachedInputPerMTok + input.usage.outputTokens * p.outputPerMTok)
     : 0;
   const ctx = systemCtx(deps, { userId: input.userId ?? 'system', orgId: input.orgId, role: null, scopes: new Set(), apiKeyId: null });
+  countTokens(deps, input.entry, input.usage, input.source);
   const id = prefixedId('mus');
   const eventId = await withTx(ctx, async (tx) => {
     await exec(tx)

@@ -11,5 +11,5 @@ export {
   type LocalDispatcher,
   type LocalRunRef,
 } from './device.js';
-export { cancelRun, cancelRunOfDeletedThread, endLocalRun, getRun, startRun } from './service.js';
+export { cancelRun, cancelRunOfDeletedThread, endLocalRun, getRun, registerRunMetrics, startRun } from './service.js';
 export { CancelledError } from './io.js';

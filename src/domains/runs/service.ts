@@ -542,3 +542,19 @@ export async function failOrphanedRun(deps: Deps, row: RunRow): Promise<RunResul
     endingWriter(deps, row),
   );
 }
+
+/**
+ * Runs in progress by status across the installation, read at each scrape of `GET /metrics` (ADR 0040), from the
+ * `agent_runs_status` index; no organization label.
+ */
+export function registerRunMetrics(deps: Deps): void {
+  deps.metrics.gauge('hangar_runs_active', 'Agent runs registered or running', ['status'], async () => {
+    const rows = await deps.db.kysely
+      .selectFrom('agent_runs')
+      .select(['status', (eb) => eb.fn.countAll<number | string>().as('n')])
+      .where('status', 'in', ['registered', 'running'])
+      .groupBy('status')
+      .execute();
+    return rows.map((r) => [{ status: r.status }, Number(r.n)] as [{ status: string }, number]);
+  });
+}

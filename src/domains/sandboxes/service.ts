@@ -887,3 +887,19 @@ export async function pauseRunningForBilling(deps: Deps, org: string): Promise<v
 function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/**
+ * Sandboxes by state across the installation, read at each scrape of `GET /metrics` (ADR 0040): the operator's
+ * view, never a tenant's (no organization label), and answered from the `sandboxes_state` index.
+ */
+export function registerSandboxMetrics(deps: Deps): void {
+  deps.metrics.gauge('hangar_sandboxes', 'Persistent sandboxes by state (destroyed ones not counted)', ['state'], async () => {
+    const rows = await deps.db.kysely
+      .selectFrom('sandboxes')
+      .select(['state', (eb) => eb.fn.countAll<number | string>().as('n')])
+      .where('state', '!=', 'destroyed')
+      .groupBy('state')
+      .execute();
+    return rows.map((r) => [{ state: r.state }, Number(r.n)] as [{ state: string }, number]);
+  });
+}

@@ -107,6 +107,13 @@ export class ThreadHub {
     return this.topics.size;
   }
 
+  /** Open WebSocket subscriptions in this process, across threads. */
+  get subscribers(): number {
+    let n = 0;
+    for (const topic of this.topics.values()) n += topic.subscribers.size;
+    return n;
+  }
+
   async close(): Promise<void> {
     for (const [id, topic] of this.topics) {
       for (const sub of topic.subscribers) sub.end(1001, 'server shutting down; reconnect with last_sequence');

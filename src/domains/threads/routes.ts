@@ -47,6 +47,15 @@ const FRAME_LIMIT_BYTES = 64 * 1024;
 
 export async function threadRoutes(app: App, deps: Deps) {
   const hub = new ThreadHub(deps);
+  deps.metrics.gauge(
+    'hangar_websocket_subscribers',
+    'Thread WebSocket subscriptions open in this process, and the threads they watch',
+    ['kind'],
+    async () => [
+      [{ kind: 'subscribers' }, hub.subscribers],
+      [{ kind: 'threads' }, hub.watched],
+    ],
+  );
   // preClose, before the WebSocket plugin's own (which closes every socket without a code): subscribers get 1001 and a reason.
   app.addHook('preClose', () => hub.close());
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });

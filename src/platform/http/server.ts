@@ -29,6 +29,7 @@ import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
 import { driverErrorToAppError } from '../db/errors.js';
 import { bodyDepthProblem } from './json-depth.js';
+import { instrumentHttp, metricsRoute } from './metrics.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -197,6 +198,7 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
 
   app.decorate('authenticate', authenticate);
   app.decorateRequest('ctx', null as unknown as Ctx);
+  instrumentHttp(app as unknown as FastifyInstance, deps);
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
     if (req.url.startsWith('/v1')) reply.header('x-api-version', 'v1');
@@ -271,5 +273,6 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
   await app.register(fastifySwaggerUi, { routePrefix: '/v1/docs', uiConfig: { deepLinking: true }, staticCSP: false });
   app.get('/v1/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
   app.get('/healthz', { config: { auth: 'none' }, schema: { hide: true } }, async () => ({ ok: true }));
+  metricsRoute(app as unknown as FastifyInstance, deps);
   return app;
 }
