@@ -3,4 +3,11 @@
 import { register } from 'tsx/esm/api';
 
 register();
-await import('../src/main.ts');
+// The client commands (src/client/cli.ts, CLIENT_COMMANDS) load none of the server's modules: they start fast.
+const [command, ...rest] = process.argv.slice(2);
+if (['login', 'logout', 'whoami', 'exec', 'activity'].includes(command)) {
+  const { runClient } = await import('../src/client/main.ts');
+  await runClient(command, rest);
+} else {
+  await import('../src/main.ts');
+}

@@ -1,6 +1,8 @@
 import { parseArgs } from 'node:util';
 import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import { CLIENT_COMMANDS, CLIENT_USAGE, ClientCliError } from './client/cli.js';
+import { runClient } from './client/main.js';
 import { DEVICE_USAGE, DeviceCliError, deviceCli } from './device/cli.js';
 import { createApiKey, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
 import { bootstrapOrganization, firstMembership } from './domains/organizations/index.js';
@@ -27,6 +29,8 @@ Commands:
   device link [--url URL] [--label NAME] [--force]             link this machine to a Hangar server as a device
   device run [--workspace DIR] [--endpoint HOST:PORT] [--once] do the runs dispatched to this device in DIR
   device status [--json] | device unlink [--force]             this device's node; revoke and forget the link
+
+${CLIENT_USAGE}
 
 Configuration comes from the environment: see README.md.`;
 
@@ -202,8 +206,10 @@ async function threadsRebuild(config: Config, opts: { thread?: string; json: boo
 async function main(argv: string[]) {
   if (argv[0] === '--help' || argv[0] === '-h') argv = ['help'];
   const [command, ...rest] = argv;
-  // The device side of the mesh talks to a server over HTTP and needs none of the server's configuration.
+  // The device side of the mesh and the client commands talk to a server over HTTP and need none of the server's configuration.
   if (command === 'device') return deviceCli(rest);
+  // bin/hangar.js sends the client commands to src/client/main.ts, which loads none of the server; here for callers of main.ts.
+  if (command && CLIENT_COMMANDS.has(command)) return runClient(command, rest);
   const sub = command === 'keys' || command === 'threads' || command === 'promo' || command === 'plans' ? rest.shift() : undefined;
   const { values } = parseArgs({
     args: rest,
@@ -273,7 +279,13 @@ async function main(argv: string[]) {
 }
 
 main(process.argv.slice(2)).catch((err) => {
-  if (err instanceof ConfigError || err instanceof CliError || err instanceof AppError || err instanceof DeviceCliError) {
+  if (
+    err instanceof ConfigError ||
+    err instanceof CliError ||
+    err instanceof AppError ||
+    err instanceof DeviceCliError ||
+    err instanceof ClientCliError
+  ) {
     console.error(`hangar: ${err.message}`);
     process.exit(2);
   }

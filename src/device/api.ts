@@ -7,6 +7,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** The server's request id, to quote when reporting a problem. */
+    readonly requestId?: string,
   ) {
     super(message);
   }
@@ -15,7 +17,7 @@ export class ApiError extends Error {
 export interface ApiOptions {
   /** The server's base URL, e.g. http://127.0.0.1:8080 */
   url: string;
-  /** The device token (`hgd_…`); routes that need none ignore it. */
+  /** The bearer credential: a device token (`hgd_…`), an API key or a session token; routes that need none ignore it. */
   token?: string;
   /** Tries per call on a network error or a 5xx (default 4). */
   attempts?: number;
@@ -106,8 +108,8 @@ export class DeviceApi {
 async function errorOf(res: Response): Promise<ApiError> {
   const text = await res.text().catch(() => '');
   try {
-    const e = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
-    if (e) return new ApiError(res.status, e.code ?? 'error', e.message ?? `HTTP ${res.status}`);
+    const e = (JSON.parse(text) as { error?: { code?: string; message?: string; requestId?: string } }).error;
+    if (e) return new ApiError(res.status, e.code ?? 'error', e.message ?? `HTTP ${res.status}`, e.requestId);
   } catch {}
   return new ApiError(res.status, 'http_error', `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`);
 }

@@ -42,20 +42,25 @@ export async function readConfig(env: NodeJS.ProcessEnv = process.env): Promise<
   return c;
 }
 
-/**
- * Saves the config atomically: the directory 0700, a temporary file created 0600 before any content is written,
- * then renamed over device.json (a reader sees the old file or the new one, never half of one).
- */
+/** Saves the config atomically and privately (`writePrivateJson`). */
 export async function writeConfig(config: DeviceConfig, env: NodeJS.ProcessEnv = process.env): Promise<string> {
-  const dir = configDir(env);
+  return writePrivateJson(configDir(env), 'device.json', config);
+}
+
+/**
+ * Writes `value` as `<dir>/<name>` atomically and privately: the directory 0700, a temporary file created 0600
+ * before any content is written, then renamed over the file (a reader sees the old file or the new one, never half
+ * of one). For credentials the CLI keeps (the device link, `hangar login`).
+ */
+export async function writePrivateJson(dir: string, name: string, value: unknown): Promise<string> {
   await fs.mkdir(dir, { recursive: true, mode: 0o700 });
   await fs.chmod(dir, 0o700);
-  const file = path.join(dir, 'device.json');
-  const tmp = path.join(dir, `.device.json.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  const file = path.join(dir, name);
+  const tmp = path.join(dir, `.${name}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   const handle = await fs.open(tmp, 'wx', 0o600);
   try {
     await handle.chmod(0o600); // whatever the umask did
-    await handle.writeFile(`${JSON.stringify(config, null, 2)}\n`);
+    await handle.writeFile(`${JSON.stringify(value, null, 2)}\n`);
     await handle.sync();
   } catch (err) {
     await handle.close();

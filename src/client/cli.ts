@@ -1,0 +1,272 @@
+/**
+ * The client side of the CLI: commands that talk to a Hangar server over its public API with a stored credential
+ * (`hangar login`), and need none of the server's configuration. Human output by default, `--json` on each.
+ *
+ *   hangar login [--base-url URL] [--key KEY]     checks the key (or HANGAR_API_KEY, or a line on stdin) and saves it
+ *   hangar logout                                 forgets it
+ *   hangar whoami [--json]                        who the saved credential is
+ *   hangar exec FILE [--language L] [--json]      runs a file once in a sandbox; exits with the program's exit code
+ *   hangar activity [--limit N] [filters] [--json]  the organization's activity log, newest first
+ *
+ * The credential lives in credentials.json (0600) in $HANGAR_CONFIG_DIR, else $XDG_CONFIG_HOME/hangar, else
+ * ~/.config/hangar; HANGAR_API_KEY and HANGAR_BASE_URL, when set, are used instead of it.
+ */
+import { readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { ApiError, DeviceApi } from '../device/api.js';
+import { writePrivateJson } from '../device/config.js';
+
+export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with the credential \`hangar login\` saves):
+  login [--base-url URL] [--key KEY]          check an API key or session token (else HANGAR_API_KEY, else a line on stdin) and save it
+  logout                                      forget the saved credential
+  whoami [--json]                             the user and organization the credential acts as
+  exec FILE [--language L] [--stdin TEXT] [--json]
+                                              run FILE once in a sandbox (language from its extension); exit code = the program's
+  activity [--limit N] [--type EVENT_TYPE] [--resource-type T] [--severity S] [--since ISO] [--json]
+                                              the organization's activity log, newest first`;
+
+export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity']);
+
+export class ClientCliError extends Error {
+  constructor(
+    message: string,
+    /** The process exit code (2: a usage or API error). */
+    readonly exitCode = 2,
+  ) {
+    super(message);
+  }
+}
+
+interface Credentials {
+  baseUrl: string;
+  credential: string;
+}
+
+export interface ClientIo {
+  env: NodeJS.ProcessEnv;
+  out(text: string): void;
+  err(text: string): void;
+  /** A line of standard input (the credential for `login` when none is given). */
+  readLine(): Promise<string>;
+}
+
+const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
+
+/** `$HANGAR_CONFIG_DIR`, else `$XDG_CONFIG_HOME/hangar`, else `~/.config/hangar`. */
+export function clientConfigDir(env: NodeJS.ProcessEnv): string {
+  if (env.HANGAR_CONFIG_DIR) return path.resolve(env.HANGAR_CONFIG_DIR);
+  if (env.XDG_CONFIG_HOME) return path.join(path.resolve(env.XDG_CONFIG_HOME), 'hangar');
+  return path.join(os.homedir(), '.config', 'hangar');
+}
+
+const credentialsFile = (env: NodeJS.ProcessEnv) => path.join(clientConfigDir(env), 'credentials.json');
+
+async function savedCredentials(env: NodeJS.ProcessEnv): Promise<Credentials | null> {
+  let text: string;
+  try {
+    text = await readFile(credentialsFile(env), 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  const c = JSON.parse(text) as Partial<Credentials>;
+  if (typeof c.baseUrl !== 'string' || typeof c.credential !== 'string')
+    throw new ClientCliError(`${credentialsFile(env)} is not a Hangar credentials file`);
+  return c as Credentials;
+}
+
+/** The credential to use: HANGAR_API_KEY (with HANGAR_BASE_URL) over the saved one. */
+async function credentials(env: NodeJS.ProcessEnv): Promise<Credentials> {
+  const saved = await savedCredentials(env);
+  const credential = env.HANGAR_API_KEY || saved?.credential;
+  if (!credential) throw new ClientCliError('not logged in: run `hangar login` (or set HANGAR_API_KEY)');
+  return { baseUrl: normalizeUrl(env.HANGAR_BASE_URL || saved?.baseUrl || DEFAULT_BASE_URL), credential };
+}
+
+function normalizeUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new ClientCliError(`not a URL: ${url}`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ClientCliError(`the base URL must be http:// or https:// (got ${url})`);
+  return u.toString().replace(/\/+$/, '');
+}
+
+/** An API error as a CLI message: the server's code and message, and its request id to quote. */
+function apiFailure(err: unknown): never {
+  if (err instanceof ApiError) {
+    if (err.status === 0) throw new ClientCliError(err.message);
+    throw new ClientCliError(`${err.status} ${err.code}: ${err.message}${err.requestId ? ` (request ${err.requestId})` : ''}`);
+  }
+  throw err;
+}
+
+async function withApi<T>(c: Credentials, fn: (api: DeviceApi) => Promise<T>): Promise<T> {
+  // One attempt: these calls are not all idempotent (an execution must not run twice).
+  const api = new DeviceApi({ url: c.baseUrl, token: c.credential, attempts: 1 });
+  try {
+    return await fn(api);
+  } catch (err) {
+    return apiFailure(err);
+  } finally {
+    await api.close();
+  }
+}
+
+interface Me {
+  user: { id: string; email: string | null; name: string | null };
+  authType: string;
+  currentOrganizationId: string | null;
+  organizations: { id: string; name: string; role: string }[];
+}
+
+const describeMe = (me: Me, baseUrl: string) => {
+  const org = me.organizations.find((o) => o.id === me.currentOrganizationId);
+  const who = me.user.email ?? me.user.name ?? me.user.id;
+  return `${who} at ${baseUrl}${org ? `, organization ${org.name} (${org.id}, ${org.role})` : ''}`;
+};
+
+/** Language by file extension, as `POST /v1/execute` names them. */
+const EXTENSIONS: Record<string, string> = {
+  '.py': 'python',
+  '.js': 'javascript',
+  '.mjs': 'javascript',
+  '.cjs': 'javascript',
+  '.ts': 'typescript',
+  '.mts': 'typescript',
+  '.sh': 'bash',
+  '.bash': 'bash',
+  '.c': 'c',
+  '.cpp': 'c++',
+  '.cc': 'c++',
+  '.cxx': 'c++',
+  '.go': 'go',
+  '.rb': 'ruby',
+  '.rs': 'rust',
+  '.java': 'java',
+  '.cs': 'csharp',
+};
+
+interface Stage {
+  stdout: string;
+  stderr: string;
+  code: number | null;
+  signal: string | null;
+  status: string;
+  message?: string | null;
+}
+
+export async function clientCli(command: string, argv: string[], io: ClientIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    options: {
+      'base-url': { type: 'string' },
+      key: { type: 'string' },
+      language: { type: 'string' },
+      stdin: { type: 'string' },
+      limit: { type: 'string' },
+      type: { type: 'string' },
+      'resource-type': { type: 'string' },
+      severity: { type: 'string' },
+      since: { type: 'string' },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    allowPositionals: true,
+    strict: true,
+  });
+  if (values.help) {
+    io.out(CLIENT_USAGE);
+    return 0;
+  }
+  const { env } = io;
+  switch (command) {
+    case 'login': {
+      const baseUrl = normalizeUrl(values['base-url'] ?? env.HANGAR_BASE_URL ?? DEFAULT_BASE_URL);
+      const credential = (values.key ?? env.HANGAR_API_KEY ?? (await io.readLine())).trim();
+      if (!credential) throw new ClientCliError('no credential: pass --key, set HANGAR_API_KEY, or type it on standard input');
+      const me = await withApi({ baseUrl, credential }, (api) => api.call<Me>('GET', '/v1/me'));
+      const file = await writePrivateJson(clientConfigDir(env), 'credentials.json', { baseUrl, credential } satisfies Credentials);
+      io.out(`logged in as ${describeMe(me, baseUrl)}; saved in ${file}`);
+      return 0;
+    }
+    case 'logout': {
+      await rm(credentialsFile(env), { force: true });
+      io.out('logged out');
+      return 0;
+    }
+    case 'whoami': {
+      const c = await credentials(env);
+      const me = await withApi(c, (api) => api.call<Me>('GET', '/v1/me'));
+      io.out(values.json ? JSON.stringify(me) : describeMe(me, c.baseUrl));
+      return 0;
+    }
+    case 'exec': {
+      const file = positionals[0];
+      if (!file || positionals.length > 1) throw new ClientCliError('usage: hangar exec FILE [--language L] [--stdin TEXT] [--json]');
+      const language = values.language ?? EXTENSIONS[path.extname(file).toLowerCase()];
+      if (!language) throw new ClientCliError(`cannot tell the language of ${file} from its extension: pass --language`);
+      let content: string;
+      try {
+        content = await readFile(file, 'utf8');
+      } catch (err) {
+        throw new ClientCliError(`cannot read ${file}: ${(err as Error).message}`);
+      }
+      const c = await credentials(env);
+      const body = { language, files: [{ name: path.basename(file), content }], ...(values.stdin !== undefined ? { stdin: values.stdin } : {}) };
+      // The execution answer is the raw result (no envelope), as the spec shows it.
+      const result = await withApi(
+        c,
+        async (api) => (await (await api.fetch('POST', '/v1/execute', body)).json()) as { compile?: Stage; run: Stage },
+      );
+      if (values.json) {
+        io.out(JSON.stringify(result));
+      } else {
+        for (const stage of [result.compile, result.run]) {
+          if (!stage) continue;
+          if (stage.stdout) io.out(stage.stdout.replace(/\n$/, ''));
+          if (stage.stderr) io.err(stage.stderr.replace(/\n$/, ''));
+        }
+        for (const [name, stage] of [['compile', result.compile] as const, ['run', result.run] as const]) {
+          if (stage && stage.status !== 'exited' && stage.status !== 'skipped')
+            io.err(`hangar: ${name} step ${stage.status}${stage.message ? `: ${stage.message}` : ''}`);
+        }
+      }
+      // The program's exit code, as if it had run here: a failed compile step's, else the run's; 1 for a signal or a limit.
+      const compileFailed = result.compile && (result.compile.status !== 'exited' || result.compile.code !== 0);
+      const last = compileFailed ? result.compile! : result.run;
+      return last.status === 'exited' ? (last.code ?? 1) : 1;
+    }
+    case 'activity': {
+      const c = await credentials(env);
+      const query = new URLSearchParams();
+      query.set('limit', values.limit ?? '20');
+      if (values.type) query.set('event_type', values.type);
+      if (values['resource-type']) query.set('resource_type', values['resource-type']);
+      if (values.severity) query.set('severity', values.severity);
+      if (values.since) query.set('since', values.since);
+      const data = await withApi(c, (api) =>
+        api.call<{ events: { occurredAt: string; eventType: string; severity: string; title: string; summary: string }[] }>(
+          'GET',
+          `/v1/activity?${query}`,
+        ),
+      );
+      if (values.json) {
+        io.out(JSON.stringify(data.events));
+        return 0;
+      }
+      if (!data.events.length) io.out('no activity');
+      for (const e of data.events) {
+        const mark = e.severity === 'info' ? ' ' : e.severity === 'warning' ? '!' : 'x';
+        io.out(`${e.occurredAt.replace('T', ' ').replace(/\.\d+Z$/, 'Z')} ${mark} ${e.eventType.padEnd(28)} ${e.summary || e.title}`);
+      }
+      return 0;
+    }
+    default:
+      throw new ClientCliError(`unknown command "${command}"`);
+  }
+}

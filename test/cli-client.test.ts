@@ -1,0 +1,131 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLIENT_COMMANDS } from '../src/client/cli.js';
+import { createIsolation } from '../src/platform/isolation/index.js';
+import { createHarness, createOrgAdmin, type Actor, type Harness } from './harness.js';
+import { isolationNeed, itNeeding } from './needs.js';
+
+const BIN = path.resolve(import.meta.dirname, '../bin/hangar.js');
+const isolation = await createIsolation();
+
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+describe('hangar login, whoami, exec, activity against a running server', () => {
+  let h: Harness;
+  let url: string;
+  let a: Actor;
+  let b: Actor;
+  let dir: string;
+  let configDir: string;
+
+  /** Runs the CLI as a user would (a child process; never spawnSync: the server answers from this process). */
+  const hangar = (args: string[], opts: { env?: Record<string, string>; input?: string } = {}) =>
+    new Promise<Result>((resolve) => {
+      const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: dir, HANGAR_CONFIG_DIR: configDir, ...opts.env };
+      const child = execFile(process.execPath, [BIN, ...args], { env, encoding: 'utf8', timeout: 60_000 }, (err, stdout, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+      child.stdin?.end(opts.input ?? '');
+    });
+
+  beforeAll(async () => {
+    h = await createHarness();
+    await h.app.listen({ port: 0, host: '127.0.0.1' });
+    const address = h.app.server.address() as { port: number };
+    url = `http://127.0.0.1:${address.port}`;
+    a = await createOrgAdmin(h, 'Org A');
+    b = await createOrgAdmin(h, 'Org B');
+    dir = mkdtempSync(path.join(tmpdir(), 'hangar-client-'));
+    configDir = path.join(dir, 'config');
+  });
+  afterAll(async () => {
+    await h?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('login refuses a bad key (the server says why) and saves nothing; a good one is checked and saved 0600', async () => {
+    const bad = await hangar(['login', '--base-url', url, '--key', 'hgr_live_not_a_real_key']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/hangar: 401 unauthenticated: .*\(request req_/);
+    expect(() => statSync(path.join(configDir, 'credentials.json'))).toThrow();
+
+    // The key on standard input, as a user would paste it.
+    const ok = await hangar(['login', '--base-url', url], { input: `${a.key}\n` });
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toContain(`organization Org A (${a.orgId}, admin)`);
+    expect(statSync(path.join(configDir, 'credentials.json')).mode & 0o777).toBe(0o600);
+    expect(ok.stdout).not.toContain(a.key);
+
+    const who = await hangar(['whoami', '--json']);
+    expect(who.code, who.stderr).toBe(0);
+    expect(JSON.parse(who.stdout).currentOrganizationId).toBe(a.orgId);
+  });
+
+  it('activity shows the organization’s own log and nothing of another’s; --json is the events', async () => {
+    // Control: B's log has B's key, seen with B's key.
+    const own = await hangar(['activity', '--json'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } });
+    expect(own.code, own.stderr).toBe(0);
+    const bEvents = JSON.parse(own.stdout) as { id: string }[];
+    expect(bEvents.length).toBeGreaterThan(0);
+
+    const mine = await hangar(['activity', '--json', '--limit', '100']);
+    expect(mine.code, mine.stderr).toBe(0);
+    const aIds = new Set((JSON.parse(mine.stdout) as { id: string }[]).map((e) => e.id));
+    expect(aIds.size).toBeGreaterThan(0);
+    for (const e of bEvents) expect(aIds.has(e.id)).toBe(false);
+
+    const human = await hangar(['activity', '--limit', '5']);
+    expect(human.code).toBe(0);
+    expect(human.stdout.split('\n').filter(Boolean).length).toBeGreaterThan(0);
+    expect(human.stdout).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/);
+
+    const badFilter = await hangar(['activity', '--severity', 'loud']);
+    expect(badFilter.code).toBe(2);
+    expect(badFilter.stderr).toMatch(/hangar: 400 invalid_request: .*severity/);
+  });
+
+  itNeeding(isolationNeed(isolation), 'exec prints the program’s output and exits with its exit code', async () => {
+    const file = path.join(dir, 'hello.py');
+    writeFileSync(file, 'import sys\nprint("to stdout")\nprint("to stderr", file=sys.stderr)\nsys.exit(7)\n');
+    const r = await hangar(['exec', file]);
+    expect(r.stdout).toBe('to stdout\n');
+    expect(r.stderr).toBe('to stderr\n');
+    expect(r.code).toBe(7);
+
+    const c = path.join(dir, 'broken.c');
+    writeFileSync(c, 'int main(void) { return nope; }\n');
+    const compile = await hangar(['exec', c]);
+    expect(compile.code).toBe(1);
+    expect(compile.stderr).toMatch(/nope.*undeclared/);
+
+    const json = await hangar(['exec', file, '--json']);
+    expect(JSON.parse(json.stdout).run).toMatchObject({ code: 7, stdout: 'to stdout\n' });
+  });
+
+  it('bin/hangar.js sends every client command to the light entry, and `hangar help` lists them', async () => {
+    const bin = readFileSync(BIN, 'utf8');
+    const listed = /\[([^\]]*)\]\.includes\(command\)/.exec(bin)?.[1] ?? '';
+    expect(new Set([...listed.matchAll(/'([a-z]+)'/g)].map((m) => m[1]))).toEqual(CLIENT_COMMANDS);
+    const help = await hangar(['help']);
+    for (const c of CLIENT_COMMANDS) expect(help.stdout).toContain(`  ${c} `);
+  });
+
+  it('exec without a known extension asks for --language; logout forgets the credential', async () => {
+    const file = path.join(dir, 'script.unknown');
+    writeFileSync(file, 'print(1)\n');
+    const r = await hangar(['exec', file]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('pass --language');
+    expect((await hangar(['logout'])).code).toBe(0);
+    const after = await hangar(['whoami']);
+    expect(after.code).toBe(2);
+    expect(after.stderr).toContain('not logged in');
+  });
+});
