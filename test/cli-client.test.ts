@@ -109,6 +109,35 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     expect(JSON.parse(json.stdout).run).toMatchObject({ code: 7, stdout: 'to stdout\n' });
   });
 
+  it('sandbox create, ls, exec (output as it comes, the exit code), pause, resume, rm; another organization’s key reaches none of it', async () => {
+    const created = await hangar(['sandbox', 'create', '--name', 'cli-box', '--json']);
+    expect(created.code, created.stderr).toBe(0);
+    const sbx = JSON.parse(created.stdout) as { id: string; state: string };
+    expect(sbx.state).toBe('running');
+
+    const ls = await hangar(['sandbox', 'ls']);
+    expect(ls.stdout).toMatch(new RegExp(`${sbx.id}\\s+running\\s+\\S+\\s+cli-box`));
+
+    const run = await hangar(['sandbox', 'exec', sbx.id, '--', 'echo', 'out; echo err >&2; exit 3']);
+    expect(run.stdout).toBe('out\n');
+    expect(run.stderr).toBe('err\n');
+    expect(run.code).toBe(3);
+
+    // Another organization's key: the sandbox does not exist for it (the owner's calls above are the control).
+    const other = await hangar(['sandbox', 'exec', sbx.id, '--', 'true'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } });
+    expect(other.code).toBe(2);
+    expect(other.stderr).toMatch(/hangar: 404 not_found/);
+    expect((await hangar(['sandbox', 'ls', '--json'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } })).stdout).toBe('[]\n');
+
+    expect((await hangar(['sandbox', 'pause', sbx.id])).stdout).toContain(`${sbx.id} paused`);
+    const paused = await hangar(['sandbox', 'exec', sbx.id, '--', 'true']);
+    expect(paused.code).toBe(2);
+    expect(paused.stderr).toMatch(/409 invalid_state/);
+    expect((await hangar(['sandbox', 'resume', sbx.id])).stdout).toContain(`${sbx.id} running`);
+    expect((await hangar(['sandbox', 'rm', sbx.id])).code).toBe(0);
+    expect((await hangar(['sandbox', 'ls'])).stdout).not.toContain(sbx.id);
+  });
+
   it('bin/hangar.js sends every client command to the light entry, and `hangar help` lists them', async () => {
     const bin = readFileSync(BIN, 'utf8');
     const listed = /\[([^\]]*)\]\.includes\(command\)/.exec(bin)?.[1] ?? '';

@@ -25,9 +25,12 @@ export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with
   exec FILE [--language L] [--stdin TEXT] [--json]
                                               run FILE once in a sandbox (language from its extension); exit code = the program's
   activity [--limit N] [--type EVENT_TYPE] [--resource-type T] [--severity S] [--since ISO] [--json]
-                                              the organization's activity log, newest first`;
+                                              the organization's activity log, newest first
+  sandbox create [--template T] [--name N] [--json] | sandbox ls [--json]
+  sandbox exec ID -- CMD [ARGS...]             run a command in a sandbox, its output as it comes; exit code = the command's
+  sandbox pause|resume|rm ID [--json]`;
 
-export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity']);
+export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox']);
 
 export class ClientCliError extends Error {
   constructor(
@@ -173,6 +176,8 @@ export async function clientCli(command: string, argv: string[], io: ClientIo): 
       'resource-type': { type: 'string' },
       severity: { type: 'string' },
       since: { type: 'string' },
+      template: { type: 'string' },
+      name: { type: 'string' },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -266,7 +271,107 @@ export async function clientCli(command: string, argv: string[], io: ClientIo): 
       }
       return 0;
     }
+    case 'sandbox':
+      return sandboxCommand(positionals, values, io);
     default:
       throw new ClientCliError(`unknown command "${command}"`);
+  }
+}
+
+interface SandboxView {
+  id: string;
+  name: string;
+  template: string;
+  state: string;
+  createdAt: string;
+}
+
+const SANDBOX_USAGE = 'usage: hangar sandbox create [--template T] [--name N] | ls | exec ID -- CMD [ARGS...] | pause ID | resume ID | rm ID';
+
+async function sandboxCommand(positionals: string[], values: { template?: string; name?: string; json?: boolean }, io: ClientIo): Promise<number> {
+  const [sub, id, ...cmd] = positionals;
+  const c = await credentials(io.env);
+  const show = (sbx: SandboxView) =>
+    io.out(values.json ? JSON.stringify(sbx) : `${sbx.id} ${sbx.state} (${sbx.template}${sbx.name ? `, ${sbx.name}` : ''})`);
+  const needId = () => {
+    if (!id || !/^[A-Za-z0-9_-]+$/.test(id)) throw new ClientCliError(`${SANDBOX_USAGE}\n(no sandbox id)`);
+    return encodeURIComponent(id);
+  };
+  switch (sub) {
+    case 'create': {
+      const body = { ...(values.template ? { template: values.template } : {}), ...(values.name ? { name: values.name } : {}) };
+      show(await withApi(c, (api) => api.call<SandboxView>('POST', '/v1/sandboxes', body)));
+      return 0;
+    }
+    case 'ls': {
+      const sandboxes = await withApi(c, (api) => api.call<SandboxView[]>('GET', '/v1/sandboxes?limit=100'));
+      if (values.json) io.out(JSON.stringify(sandboxes));
+      else if (!sandboxes.length) io.out('no sandboxes');
+      else for (const s of sandboxes) io.out(`${s.id.padEnd(30)} ${s.state.padEnd(9)} ${s.template.padEnd(16)} ${s.name}`);
+      return 0;
+    }
+    case 'pause':
+    case 'resume': {
+      show(await withApi(c, (api) => api.call<SandboxView>('POST', `/v1/sandboxes/${needId()}/${sub}`)));
+      return 0;
+    }
+    case 'rm': {
+      await withApi(c, (api) => api.fetch('DELETE', `/v1/sandboxes/${needId()}`, undefined));
+      io.out(values.json ? JSON.stringify({ id, deleted: true }) : `${id} destroyed`);
+      return 0;
+    }
+    case 'exec': {
+      const path = `/v1/sandboxes/${needId()}/commands`;
+      if (!cmd.length) throw new ClientCliError('usage: hangar sandbox exec ID -- CMD [ARGS...]');
+      // bash -c runs the words as the user typed them after --.
+      const body = { cmd: cmd.join(' ') };
+      return withApi(c, async (api) => {
+        const res = await api.fetch('POST', path, body, undefined, { accept: 'text/event-stream' });
+        let exit: { exitCode: number | null; signal: string | null; timedOut: boolean } | null = null;
+        for await (const ev of serverSentEvents(res.body)) {
+          const data = JSON.parse(ev.data) as {
+            data?: string;
+            message?: string;
+            exitCode?: number | null;
+            signal?: string | null;
+            timedOut?: boolean;
+          };
+          if (ev.event === 'stdout') process.stdout.write(data.data ?? '');
+          else if (ev.event === 'stderr') process.stderr.write(data.data ?? '');
+          else if (ev.event === 'exit') exit = { exitCode: data.exitCode ?? null, signal: data.signal ?? null, timedOut: data.timedOut ?? false };
+          else if (ev.event === 'error') throw new ClientCliError(`the command's output broke off: ${data.message}`);
+        }
+        if (!exit) throw new ClientCliError('the stream ended before the command did');
+        if (exit.timedOut) io.err('hangar: the command timed out');
+        else if (exit.signal) io.err(`hangar: the command was killed by ${exit.signal}`);
+        return exit.exitCode ?? 1;
+      });
+    }
+    default:
+      throw new ClientCliError(SANDBOX_USAGE);
+  }
+}
+
+/** The events of a `text/event-stream` body: `event` and `data` (lines joined), one per blank-line-ended block. */
+async function* serverSentEvents(body: AsyncIterable<Uint8Array> | null): AsyncGenerator<{ event: string; data: string }> {
+  if (!body) return;
+  const decoder = new TextDecoder();
+  let buffered = '';
+  let event = 'message';
+  let data: string[] = [];
+  for await (const chunk of body) {
+    buffered += decoder.decode(chunk, { stream: true });
+    let nl = buffered.indexOf('\n');
+    while (nl >= 0) {
+      const line = buffered.slice(0, nl).replace(/\r$/, '');
+      buffered = buffered.slice(nl + 1);
+      if (line === '') {
+        if (data.length) yield { event, data: data.join('\n') };
+        event = 'message';
+        data = [];
+      } else if (line.startsWith('event:')) event = line.slice(6).trim();
+      else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+      nl = buffered.indexOf('\n');
+    }
   }
 }

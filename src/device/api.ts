@@ -40,15 +40,16 @@ export class DeviceApi {
     await this.agent.close();
   }
 
-  private headers(json: boolean): Record<string, string> {
+  private headers(json: boolean, extra: Record<string, string> = {}): Record<string, string> {
     return {
       ...(json ? { 'content-type': 'application/json' } : {}),
       ...(this.opts.token ? { authorization: `Bearer ${this.opts.token}` } : {}),
+      ...extra,
     };
   }
 
   /** One request, with retries; answers the response (status < 400) or throws ApiError. */
-  async fetch(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> {
+  async fetch(method: string, path: string, body: unknown, signal?: AbortSignal, headers?: Record<string, string>): Promise<Response> {
     const attempts = this.opts.attempts ?? 4;
     let delay = this.opts.backoffMs ?? 500;
     for (let i = 1; ; i++) {
@@ -57,7 +58,7 @@ export class DeviceApi {
         try {
           res = await fetch(new URL(path, this.opts.url), {
             method,
-            headers: this.headers(body !== undefined),
+            headers: this.headers(body !== undefined, headers),
             body: body === undefined ? undefined : JSON.stringify(body),
             signal,
             dispatcher: this.agent,
