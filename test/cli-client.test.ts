@@ -5,7 +5,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLIENT_COMMANDS } from '../src/client/cli.js';
 import { createIsolation } from '../src/platform/isolation/index.js';
-import { createHarness, createOrgAdmin, type Actor, type Harness } from './harness.js';
+import { FakeOpenAI } from './fakes/openai.js';
+import { createHarness, createOrgAdmin, json, type Actor, type Harness } from './harness.js';
 import { isolationNeed, itNeeding } from './needs.js';
 
 const BIN = path.resolve(import.meta.dirname, '../bin/hangar.js');
@@ -19,6 +20,7 @@ interface Result {
 
 describe('hangar login, whoami, exec, activity against a running server', () => {
   let h: Harness;
+  let fake: FakeOpenAI;
   let url: string;
   let a: Actor;
   let b: Actor;
@@ -36,7 +38,8 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     });
 
   beforeAll(async () => {
-    h = await createHarness();
+    fake = await new FakeOpenAI().start();
+    h = await createHarness({ HANGAR_OPENAI_BASE_URL: fake.url, HANGAR_OPENAI_API_KEY: 'sk-platform', HANGAR_OPENAI_MODELS: 'm1' });
     await h.app.listen({ port: 0, host: '127.0.0.1' });
     const address = h.app.server.address() as { port: number };
     url = `http://127.0.0.1:${address.port}`;
@@ -47,6 +50,7 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
   });
   afterAll(async () => {
     await h?.close();
+    await fake?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -136,6 +140,38 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     expect((await hangar(['sandbox', 'resume', sbx.id])).stdout).toContain(`${sbx.id} running`);
     expect((await hangar(['sandbox', 'rm', sbx.id])).code).toBe(0);
     expect((await hangar(['sandbox', 'ls'])).stdout).not.toContain(sbx.id);
+  });
+
+  it('run streams the agent’s answer to stdout as it comes, the end to stderr, and exits 0 when it completed', async () => {
+    const created = await h.app.inject({
+      method: 'POST',
+      url: '/v1/agents',
+      headers: a.headers,
+      payload: { slug: 'terse', model: 'm1', instructions: 'You are terse.' },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    fake.script({ text: ['Hello', ', ', 'world.'], usage: { prompt: 5, completion: 3 } });
+    const r = await hangar(['run', 'terse', 'Say', 'hello']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe('Hello, world.\n');
+    expect(r.stderr).toMatch(/^run \S+ completed \(thread \S+\)$/m);
+    const threadId = /\(thread (\S+)\)/.exec(r.stderr)![1]!;
+    // The prompt reached the model, and the run is on the thread the CLI names.
+    expect(JSON.stringify(fake.requests.at(-1)!.body)).toContain('Say hello');
+    const events = await h.app.inject({ method: 'GET', url: `/v1/threads/${threadId}/events`, headers: a.headers });
+    expect(events.body).toContain('Hello, world.');
+
+    fake.script({ status: 400, errorMessage: 'the model refuses' });
+    const failed = await hangar(['run', 'terse', 'again', '--json']);
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout).status).toBe('failed');
+
+    const unknown = await hangar(['run', 'nobody', 'hi'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } });
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/hangar: 404 not_found/);
+    const othersAgent = await hangar(['run', 'terse', 'hi'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } });
+    expect(othersAgent.code).toBe(2);
+    expect(othersAgent.stderr).toMatch(/hangar: 404 not_found/);
   });
 
   it('bin/hangar.js sends every client command to the light entry, and `hangar help` lists them', async () => {

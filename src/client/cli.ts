@@ -28,9 +28,10 @@ export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with
                                               the organization's activity log, newest first
   sandbox create [--template T] [--name N] [--json] | sandbox ls [--json]
   sandbox exec ID -- CMD [ARGS...]             run a command in a sandbox, its output as it comes; exit code = the command's
-  sandbox pause|resume|rm ID [--json]`;
+  sandbox pause|resume|rm ID [--json]
+  run AGENT PROMPT [--thread ID] [--json]      run an agent: its answer as it streams, tool calls on stderr; exit 0 when it completed`;
 
-export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox']);
+export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox', 'run']);
 
 export class ClientCliError extends Error {
   constructor(
@@ -177,6 +178,7 @@ export async function clientCli(command: string, argv: string[], io: ClientIo): 
       severity: { type: 'string' },
       since: { type: 'string' },
       template: { type: 'string' },
+      thread: { type: 'string' },
       name: { type: 'string' },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
@@ -273,6 +275,8 @@ export async function clientCli(command: string, argv: string[], io: ClientIo): 
     }
     case 'sandbox':
       return sandboxCommand(positionals, values, io);
+    case 'run':
+      return runCommand(positionals, values, io);
     default:
       throw new ClientCliError(`unknown command "${command}"`);
   }
@@ -350,6 +354,69 @@ async function sandboxCommand(positionals: string[], values: { template?: string
     default:
       throw new ClientCliError(SANDBOX_USAGE);
   }
+}
+
+const clip = (text: string, n = 200) => (text.length > n ? `${text.slice(0, n)}…` : text);
+
+/**
+ * `hangar run AGENT PROMPT`: `POST /v1/run` with `stream: true`. The answer's text goes to stdout as it streams;
+ * tool calls and their results, one line each, and the end to stderr; `--json` prints the run result instead.
+ */
+async function runCommand(positionals: string[], values: { thread?: string; json?: boolean }, io: ClientIo): Promise<number> {
+  const [agent, ...words] = positionals;
+  const prompt = words.join(' ');
+  if (!agent || !prompt) throw new ClientCliError('usage: hangar run AGENT PROMPT [--thread ID] [--json]');
+  const c = await credentials(io.env);
+  const body = { agent, prompt, stream: true, ...(values.thread ? { threadId: values.thread } : {}) };
+  return withApi(c, async (api) => {
+    const res = await api.fetch('POST', '/v1/run', body, undefined, { accept: 'text/event-stream' });
+    type Result = { runId?: string; threadId?: string; status?: string; error?: string | null };
+    let result = null as Result | null;
+    let midLine = false;
+    const text = (t: string) => {
+      if (values.json || !t) return;
+      process.stdout.write(t);
+      midLine = !t.endsWith('\n');
+    };
+    const note = (line: string) => {
+      if (values.json) return;
+      if (midLine) process.stdout.write('\n');
+      midLine = false;
+      io.err(line);
+    };
+    for await (const ev of serverSentEvents(res.body)) {
+      const f = JSON.parse(ev.data) as Record<string, unknown>;
+      switch (ev.event) {
+        case 'assistant_message_delta':
+          text(typeof f.delta === 'string' ? f.delta : '');
+          break;
+        case 'tool_call':
+          note(`→ ${String(f.name)} ${clip(JSON.stringify(f.input ?? {}))}`);
+          break;
+        case 'tool_result':
+          note(
+            `${f.isError ? '✗' : '←'} ${String(f.name)}: ${clip(
+              String(f.output ?? '')
+                .replace(/\s+/g, ' ')
+                .trim(),
+            )}`,
+          );
+          break;
+        case 'result':
+          result = f as Result;
+          break;
+        case 'error':
+          throw new ClientCliError(`the run's stream broke off: ${String(f.message ?? ev.data)}`);
+      }
+    }
+    if (!result) throw new ClientCliError('the stream ended before the run did');
+    if (values.json) io.out(JSON.stringify(result));
+    else {
+      if (midLine) process.stdout.write('\n');
+      io.err(`run ${result.runId} ${result.status}${result.error ? `: ${result.error}` : ''} (thread ${result.threadId})`);
+    }
+    return result.status === 'completed' ? 0 : 1;
+  });
 }
 
 /** The events of a `text/event-stream` body: `event` and `data` (lines joined), one per blank-line-ended block. */
