@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLIENT_COMMANDS } from '../src/client/cli.js';
 import { createIsolation } from '../src/platform/isolation/index.js';
 import { FakeOpenAI } from './fakes/openai.js';
-import { createHarness, createOrgAdmin, json, type Actor, type Harness } from './harness.js';
+import { createHarness, createOrgAdmin, type Actor, type Harness } from './harness.js';
 import { isolationNeed, itNeeding } from './needs.js';
 
 const BIN = path.resolve(import.meta.dirname, '../bin/hangar.js');
