@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { buildApp, closeDeps, createDeps } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
-import { CLIENT_COMMANDS, CLIENT_USAGE, ClientCliError } from './client/cli.js';
+import { CLIENT_USAGE, ClientCliError, isClientCommand } from './client/cli.js';
 import { runClient } from './client/main.js';
 import { DEVICE_USAGE, DeviceCliError, deviceCli } from './device/cli.js';
 import { createApiKey, hasUsers, issueSessionToken, userExists } from './domains/identity/index.js';
@@ -209,7 +209,7 @@ async function main(argv: string[]) {
   // The device side of the mesh and the client commands talk to a server over HTTP and need none of the server's configuration.
   if (command === 'device') return deviceCli(rest);
   // bin/hangar.js sends the client commands to src/client/main.ts, which loads none of the server; here for callers of main.ts.
-  if (command && CLIENT_COMMANDS.has(command)) return runClient(command, rest);
+  if (isClientCommand(argv)) return runClient(command!, rest);
   const sub = command === 'keys' || command === 'threads' || command === 'promo' || command === 'plans' ? rest.shift() : undefined;
   const { values } = parseArgs({
     args: rest,

@@ -1,8 +1,8 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CLIENT_COMMANDS } from '../src/client/cli.js';
 import { createIsolation } from '../src/platform/isolation/index.js';
 import { FakeOpenAI } from './fakes/openai.js';
@@ -174,12 +174,47 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     expect(othersAgent.stderr).toMatch(/hangar: 404 not_found/);
   });
 
+  it('threads tail shows the history, then follows the thread live; --no-follow stops after the history; another organization is refused', async () => {
+    fake.script({ text: ['First ', 'answer.'] });
+    const first = await hangar(['run', 'terse', 'one']);
+    expect(first.code, first.stderr).toBe(0);
+    const threadId = /\(thread (\S+)\)/.exec(first.stderr)![1]!;
+
+    const once = await hangar(['threads', 'tail', threadId, '--no-follow']);
+    expect(once.code, once.stderr).toBe(0);
+    expect(once.stdout).toBe('> one\nFirst answer.\n');
+    expect(once.stderr).toContain(`── thread ${threadId}`);
+
+    // Follow: a second run on the thread streams into the tail as it happens.
+    const env: Record<string, string> = { PATH: process.env.PATH ?? '', HOME: dir, HANGAR_CONFIG_DIR: configDir };
+    const tail = spawn(process.execPath, [BIN, 'threads', 'tail', threadId], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    tail.stdout.on('data', (d) => (out += d));
+    tail.stderr.on('data', (d) => (err += d));
+    try {
+      await vi.waitFor(() => expect(out).toContain('First answer.'), { timeout: 20_000, interval: 100 });
+      fake.script({ text: ['Second ', 'answer.'] });
+      const second = await hangar(['run', 'terse', 'two', '--thread', threadId]);
+      expect(second.code, second.stderr).toBe(0);
+      await vi.waitFor(() => expect(err).toMatch(/── run \S+ completed/), { timeout: 20_000, interval: 100 });
+      expect(out).toBe('> one\nFirst answer.\n> two\nSecond answer.\n');
+    } finally {
+      tail.kill('SIGTERM');
+    }
+
+    const refused = await hangar(['threads', 'tail', threadId, '--no-follow'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/hangar: the server closed the thread's stream: 4404/);
+  });
+
   it('bin/hangar.js sends every client command to the light entry, and `hangar help` lists them', async () => {
     const bin = readFileSync(BIN, 'utf8');
     const listed = /\[([^\]]*)\]\.includes\(command\)/.exec(bin)?.[1] ?? '';
     expect(new Set([...listed.matchAll(/'([a-z]+)'/g)].map((m) => m[1]))).toEqual(CLIENT_COMMANDS);
+    expect(bin).toContain("(command === 'threads' && rest[0] === 'tail')");
     const help = await hangar(['help']);
-    for (const c of CLIENT_COMMANDS) expect(help.stdout).toContain(`  ${c} `);
+    for (const c of [...CLIENT_COMMANDS, 'threads tail']) expect(help.stdout).toContain(`  ${c} `);
   });
 
   it('exec without a known extension asks for --language; logout forgets the credential', async () => {

@@ -29,9 +29,14 @@ export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with
   sandbox create [--template T] [--name N] [--json] | sandbox ls [--json]
   sandbox exec ID -- CMD [ARGS...]             run a command in a sandbox, its output as it comes; exit code = the command's
   sandbox pause|resume|rm ID [--json]
-  run AGENT PROMPT [--thread ID] [--json]      run an agent: its answer as it streams, tool calls on stderr; exit 0 when it completed`;
+  run AGENT PROMPT [--thread ID] [--json]      run an agent: its answer as it streams, tool calls on stderr; exit 0 when it completed
+  threads tail ID [--no-follow] [--json]      a thread's recent history, then its frames live (reconnects and resumes by sequence)`;
 
 export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox', 'run']);
+
+/** Whether argv (after `hangar`) is a client command: one of CLIENT_COMMANDS, or `threads tail` (`threads rebuild` is the server's). */
+export const isClientCommand = (argv: readonly string[]): boolean =>
+  CLIENT_COMMANDS.has(argv[0] ?? '') || (argv[0] === 'threads' && argv[1] === 'tail');
 
 export class ClientCliError extends Error {
   constructor(
@@ -181,6 +186,7 @@ export async function clientCli(command: string, argv: string[], io: ClientIo): 
       thread: { type: 'string' },
       name: { type: 'string' },
       json: { type: 'boolean', default: false },
+      'no-follow': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     allowPositionals: true,
@@ -277,6 +283,8 @@ export async function clientCli(command: string, argv: string[], io: ClientIo): 
       return sandboxCommand(positionals, values, io);
     case 'run':
       return runCommand(positionals, values, io);
+    case 'threads':
+      return threadsTail(positionals, { json: values.json, follow: !values['no-follow'] }, io);
     default:
       throw new ClientCliError(`unknown command "${command}"`);
   }
@@ -417,6 +425,114 @@ async function runCommand(positionals: string[], values: { thread?: string; json
     }
     return result.status === 'completed' ? 0 : 1;
   });
+}
+
+type Frame = Record<string, unknown> & { type?: string; sequence?: number; payload?: Record<string, unknown> };
+
+/**
+ * `hangar threads tail ID`: the thread's WebSocket (`/v1/threads/{id}/events`): the snapshot's recent events, then
+ * live frames, rendered like `hangar run` (or one JSON line each with `--json`). A dropped connection is reopened
+ * with `last_sequence`, so nothing durable is missed or shown twice; a refusal (4401, 4403, 4404, 4410) ends it.
+ */
+async function threadsTail(positionals: string[], opts: { json?: boolean; follow: boolean }, io: ClientIo): Promise<number> {
+  const [sub, id] = positionals;
+  if (sub !== 'tail' || !id || !/^[A-Za-z0-9_-]+$/.test(id)) throw new ClientCliError('usage: hangar threads tail ID [--no-follow] [--json]');
+  const c = await credentials(io.env);
+  const { WebSocket } = await import('ws');
+  const url = new URL(`/v1/threads/${encodeURIComponent(id)}/events`, c.baseUrl);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  url.searchParams.set(c.credential.startsWith('hgr_') ? 'api_key' : 'token', c.credential);
+  let last: number | null = null;
+  let announced = false;
+  let midLine = false;
+  const streamed = new Set<string>();
+  const out = (t: string) => {
+    process.stdout.write(t);
+    midLine = !t.endsWith('\n');
+  };
+  const note = (line: string) => {
+    if (midLine) out('\n');
+    io.err(line);
+  };
+  const render = (f: Frame) => {
+    if (opts.json) return io.out(JSON.stringify(f));
+    const p = (f.payload ?? f) as Record<string, unknown>;
+    switch (f.type) {
+      case 'run_started':
+        return note(`── run ${String(p.runId ?? f.runId ?? '')} started`);
+      case 'run_completed':
+        return note(`── run ${String(p.runId ?? f.runId ?? '')} ${String(p.status ?? '')}${p.error ? `: ${String(p.error)}` : ''}`);
+      case 'user_message':
+        if (midLine) out('\n');
+        return out(`> ${String(p.text ?? '')}\n`);
+      case 'assistant_message_delta':
+        if (typeof f.messageId === 'string') streamed.add(f.messageId);
+        return out(typeof f.delta === 'string' ? f.delta : '');
+      case 'assistant_message':
+        if (typeof p.messageId === 'string' && streamed.has(p.messageId)) return midLine ? out('\n') : undefined;
+        if (midLine) out('\n');
+        return out(`${String(p.text ?? '')}\n`);
+      case 'tool_call':
+        return note(`→ ${String(p.name)} ${clip(JSON.stringify(p.input ?? {}))}`);
+      case 'tool_result':
+        return note(
+          `${p.isError ? '✗' : '←'} ${String(p.name)}: ${clip(
+            String(p.output ?? '')
+              .replace(/\s+/g, ' ')
+              .trim(),
+          )}`,
+        );
+      case 'thread_deleted':
+        return note('── the thread was deleted');
+    }
+  };
+  for (let attempt = 0; ; attempt++) {
+    if (last !== null) url.searchParams.set('last_sequence', String(last));
+    const ended = await new Promise<{ code: number; reason: string; opened: boolean }>((resolve) => {
+      const ws = new WebSocket(url);
+      let opened = false;
+      ws.on('open', () => {
+        opened = true;
+      });
+      ws.on('message', (data) => {
+        let f: Frame;
+        try {
+          f = JSON.parse(String(data)) as Frame;
+        } catch {
+          return;
+        }
+        if (f.type === 'snapshot') {
+          // The first snapshot (or a resync) shows recent events up to lastSequence; a resumed one is followed by
+          // the replay of what came after `last`, so `last` stays.
+          if (typeof f.lastSequence === 'number' && (last === null || f.resync)) last = f.lastSequence;
+          if (!opts.json && !announced)
+            note(`── thread ${id}${(f.thread as { title?: string } | undefined)?.title ? `: ${(f.thread as { title: string }).title}` : ''}`);
+          if (opts.json) io.out(JSON.stringify({ ...f, events: undefined }));
+          announced = true;
+          for (const e of (f.events ?? []) as Frame[]) render(e);
+          if (!opts.follow) ws.close(1000, 'done');
+          return;
+        }
+        if (typeof f.sequence === 'number') {
+          if (last !== null && f.sequence <= last) return; // replayed before: shown once
+          last = f.sequence;
+        }
+        render(f);
+      });
+      ws.on('close', (code, reason) => resolve({ code, reason: String(reason), opened }));
+      ws.on('error', () => undefined); // 'close' follows
+    });
+    if (!opts.follow && ended.code === 1000) return 0;
+    if (ended.code === 4410) return 0; // the thread was deleted: nothing more will come
+    if (ended.code >= 4400 && ended.code < 4500 && ended.code !== 4409) {
+      throw new ClientCliError(`the server closed the thread's stream: ${ended.code} ${ended.reason}`);
+    }
+    // Dropped, the server restarting (1001), or fallen behind (4409): reopen from the last sequence shown.
+    if (ended.opened) attempt = 0;
+    const wait = Math.min(10_000, 500 * 2 ** Math.min(attempt, 5));
+    note(`── connection closed (${ended.code}${ended.reason ? ` ${ended.reason}` : ''}); reconnecting in ${wait / 1000} s`);
+    await new Promise((r) => setTimeout(r, wait));
+  }
 }
 
 /** The events of a `text/event-stream` body: `event` and `data` (lines joined), one per blank-line-ended block. */
