@@ -133,6 +133,23 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     expect(other.stderr).toMatch(/hangar: 404 not_found/);
     expect((await hangar(['sandbox', 'ls', '--json'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } })).stdout).toBe('[]\n');
 
+    // cp both ways, bytes intact (not UTF-8 text), and to stdout.
+    const local = path.join(dir, 'blob.bin');
+    const bytes = Buffer.from([0, 1, 2, 250, 251, 255, 10, 13]);
+    writeFileSync(local, bytes);
+    const up = await hangar(['sandbox', 'cp', local, `${sbx.id}:data/blob.bin`]);
+    expect(up.code, up.stderr).toBe(0);
+    const seen = await hangar(['sandbox', 'exec', sbx.id, '--', 'wc -c < data/blob.bin']);
+    expect(seen.stdout.trim()).toBe('8');
+    const back = path.join(dir, 'back.bin');
+    expect((await hangar(['sandbox', 'cp', `${sbx.id}:data/blob.bin`, back])).code).toBe(0);
+    expect(readFileSync(back).equals(bytes)).toBe(true);
+    await hangar(['sandbox', 'exec', sbx.id, '--', 'echo', 'hi there > note.txt']);
+    expect((await hangar(['sandbox', 'cp', `${sbx.id}:note.txt`, '-'])).stdout).toBe('hi there\n');
+    const missing = await hangar(['sandbox', 'cp', `${sbx.id}:nope.txt`, '-']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/hangar: 404/);
+
     expect((await hangar(['sandbox', 'pause', sbx.id])).stdout).toContain(`${sbx.id} paused`);
     const paused = await hangar(['sandbox', 'exec', sbx.id, '--', 'true']);
     expect(paused.code).toBe(2);

@@ -11,7 +11,7 @@
  * The credential lives in credentials.json (0600) in $HANGAR_CONFIG_DIR, else $XDG_CONFIG_HOME/hangar, else
  * ~/.config/hangar; HANGAR_API_KEY and HANGAR_BASE_URL, when set, are used instead of it.
  */
-import { readFile, rm } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -29,6 +29,7 @@ export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with
   sandbox create [--template T] [--name N] [--json] | sandbox ls [--json]
   sandbox exec ID -- CMD [ARGS...]             run a command in a sandbox, its output as it comes; exit code = the command's
   sandbox pause|resume|rm ID [--json]
+  sandbox cp SRC DEST                          copy a file in or out: LOCAL ID:PATH uploads, ID:PATH LOCAL (or -) downloads
   run AGENT PROMPT [--thread ID] [--json]      run an agent: its answer as it streams, tool calls on stderr; exit 0 when it completed
   threads tail ID [--no-follow] [--json]      a thread's recent history, then its frames live (reconnects and resumes by sequence)`;
 
@@ -298,7 +299,14 @@ interface SandboxView {
   createdAt: string;
 }
 
-const SANDBOX_USAGE = 'usage: hangar sandbox create [--template T] [--name N] | ls | exec ID -- CMD [ARGS...] | pause ID | resume ID | rm ID';
+const SANDBOX_USAGE =
+  'usage: hangar sandbox create [--template T] [--name N] | ls | exec ID -- CMD [ARGS...] | cp SRC DEST | pause ID | resume ID | rm ID';
+
+/** `ID:PATH` of `hangar sandbox cp`, or null for a local path. */
+function remotePath(arg: string): { id: string; path: string } | null {
+  const m = /^(sbx_[A-Za-z0-9_-]+):(.+)$/.exec(arg);
+  return m ? { id: m[1]!, path: m[2]! } : null;
+}
 
 async function sandboxCommand(positionals: string[], values: { template?: string; name?: string; json?: boolean }, io: ClientIo): Promise<number> {
   const [sub, id, ...cmd] = positionals;
@@ -330,6 +338,40 @@ async function sandboxCommand(positionals: string[], values: { template?: string
     case 'rm': {
       await withApi(c, (api) => api.fetch('DELETE', `/v1/sandboxes/${needId()}`, undefined));
       io.out(values.json ? JSON.stringify({ id, deleted: true }) : `${id} destroyed`);
+      return 0;
+    }
+    case 'cp': {
+      const [src, dest] = [id, cmd[0]];
+      if (!src || !dest || cmd.length > 1) throw new ClientCliError('usage: hangar sandbox cp LOCAL ID:PATH | hangar sandbox cp ID:PATH LOCAL|-');
+      const from = remotePath(src);
+      const to = remotePath(dest);
+      if ((from === null) === (to === null))
+        throw new ClientCliError('one side of hangar sandbox cp is a sandbox path (sbx_...:PATH), the other a local one');
+      if (to) {
+        let bytes: Buffer;
+        try {
+          bytes = await readFile(src);
+        } catch (err) {
+          throw new ClientCliError(`cannot read ${src}: ${(err as Error).message}`);
+        }
+        await withApi(c, (api) =>
+          api.fetch('PUT', `/v1/sandboxes/${encodeURIComponent(to.id)}/files/content?path=${encodeURIComponent(to.path)}`, new Uint8Array(bytes)),
+        );
+        io.err(`${src} -> ${dest} (${bytes.length} bytes)`);
+        return 0;
+      }
+      const res = await withApi(c, async (api) =>
+        Buffer.from(
+          await (
+            await api.fetch('GET', `/v1/sandboxes/${encodeURIComponent(from!.id)}/files/content?path=${encodeURIComponent(from!.path)}`, undefined)
+          ).arrayBuffer(),
+        ),
+      );
+      if (dest === '-') process.stdout.write(res);
+      else {
+        await writeFile(dest, res);
+        io.err(`${src} -> ${dest} (${res.length} bytes)`);
+      }
       return 0;
     }
     case 'exec': {

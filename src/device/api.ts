@@ -58,8 +58,12 @@ export class DeviceApi {
         try {
           res = await fetch(new URL(path, this.opts.url), {
             method,
-            headers: this.headers(body !== undefined, headers),
-            body: body === undefined ? undefined : JSON.stringify(body),
+            // Bytes go as they are (a file's content); anything else as JSON.
+            headers: this.headers(body !== undefined && !(body instanceof Uint8Array), {
+              ...(body instanceof Uint8Array ? { 'content-type': 'application/octet-stream' } : {}),
+              ...headers,
+            }),
+            body: body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body),
             signal,
             dispatcher: this.agent,
           });
