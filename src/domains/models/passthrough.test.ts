@@ -197,10 +197,39 @@ describe('the passthrough against the AI SDK path, on the scripted OpenAI-compat
           { ...hello, toolChoice: 'none' },
           // a repeated name: the last definition wins, in the first one's place
           { ...hello, tools: [{ name: 'dup', description: 'first' }, { name: 'other' }, { name: 'dup', description: 'second' }] },
+          // tool turns (ADR 0042): the assistant's calls (with and without text; input parsed, raw, absent) and their results
+          {
+            tools,
+            messages: [
+              { role: 'user', content: 'Weather in Paris and Rome?' },
+              {
+                role: 'assistant',
+                toolCalls: [
+                  { id: 'call_1', name: 'get_weather', input: { city: 'Paris', days: 3 } },
+                  { id: 'call_2', name: 'get_weather', input: '{"city": unquoted' },
+                ],
+              },
+              { role: 'tool', toolCallId: 'call_2', content: 'Rome: rain' },
+              {
+                role: 'tool',
+                toolCallId: 'call_1',
+                content: [
+                  { type: 'text', text: '{"sky":' },
+                  { type: 'text', text: '"clear"}' },
+                ],
+              },
+              { role: 'assistant', content: 'Let me also look that up.', toolCalls: [{ id: 'call_3', name: 'lookup' }] },
+              { role: 'tool', toolCallId: 'call_3', content: '' },
+              { role: 'assistant', content: [{ type: 'text', text: 'Sunny in Paris, rain in Rome.' }] },
+              { role: 'user', content: 'Thanks' },
+            ],
+          },
         ];
         for (const options of optionSets) {
           // (a forced choice answered without the call fails on both paths alike: the next test)
           const { direct, sdk } = await bothWays(url, { model: 'pt-model', options }, { text: 'ok' });
+          // every set is valid: what fails, fails on the provider's answer, never on our validation
+          expect(direct.answer.status, direct.answer.body).not.toBe(400);
           expect(direct.answer).toEqual(sdk.answer);
         }
       });

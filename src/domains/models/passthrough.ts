@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http';
 import { APICallError, generateId } from 'ai';
 import { Agent, type Dispatcher } from 'undici';
 import type { ModelsConfig } from '../../config.js';
+import { callInput, contentText } from './messages.js';
 import {
   contentParts,
   finishReasonOf,
@@ -88,12 +89,27 @@ export function toChatRequest(model: string, options: ProxyOptions): ChatRequest
   };
 }
 
-/** The messages, after the system prompt; text parts joined, as the proxy has always sent them. */
-function messagesOf(o: ProxyOptions): { role: string; content: string }[] {
-  const messages = o.messages.map((m) => ({
-    role: m.role,
-    content: typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
-  }));
+/**
+ * The messages, after the system prompt, as the AI SDK's OpenAI-compatible provider writes them: text parts joined;
+ * an assistant's tool calls as `tool_calls` (input as JSON text, content null without text); a tool result as a
+ * `tool` message of its call id.
+ */
+function messagesOf(o: ProxyOptions): Record<string, unknown>[] {
+  const messages: Record<string, unknown>[] = o.messages.map((m) => {
+    const content = contentText(m.content);
+    if (m.role === 'assistant' && m.toolCalls)
+      return {
+        role: 'assistant',
+        content: content || null,
+        tool_calls: m.toolCalls.map((c) => ({
+          id: c.id,
+          type: 'function',
+          function: { name: c.name, arguments: JSON.stringify(callInput(c.input)) },
+        })),
+      };
+    if (m.role === 'tool') return { role: 'tool', tool_call_id: m.toolCallId, content };
+    return { role: m.role, content };
+  });
   if (o.system !== undefined) messages.unshift({ role: 'system', content: o.system });
   return messages;
 }

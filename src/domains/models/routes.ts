@@ -4,6 +4,7 @@ import { clientGone } from '../../platform/http/client-gone.js';
 import { sendNdjsonText } from '../../platform/http/ndjson.js';
 import { envelope, ErrorBody, errorResponses, ok } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
+import { openaiRoutes } from './openai-routes.js';
 import { AvailableModels, ProxyBody, ProxyResult } from './schemas.js';
 import { availableModels, closeModelGateway, modelGateway, proxyGenerate, proxyStream } from './service.js';
 
@@ -13,6 +14,8 @@ const proxyErrors = { ...errorResponses, 502: ErrorBody, 503: ErrorBody, 504: Er
 export async function modelRoutes(app: App, deps: Deps) {
   modelGateway(deps); // a bad models file stops start-up with a ConfigError naming it
   app.addHook('onClose', () => closeModelGateway(deps));
+  // OpenAI's chat-completions and models endpoints (ADR 0042), in their own context for their error fields.
+  await app.register(openaiRoutes);
 
   app.get(
     '/v1/models/available',

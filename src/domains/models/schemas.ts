@@ -8,17 +8,39 @@ export const AvailableModels = z
   .meta({ id: 'AvailableModels' });
 
 const TextPart = z.object({ type: z.literal('text'), text: z.string() }).strict();
+const Content = z.union([z.string(), z.array(TextPart).min(1)]);
+const ToolName = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'letters, digits, "_" and "-", at most 64');
+const ToolCallId = z.string().min(1).max(200);
+
+/** A tool call the model made, sent back in an assistant message (as a result's `toolCalls` hold them). */
+const ProxyToolCallIn = z
+  .object({ id: ToolCallId, name: ToolName, input: z.unknown().optional().describe('The call’s input (any JSON; default {})') })
+  .strict();
 
 export const ProxyMessage = z
-  .object({
-    role: z.enum(['system', 'user', 'assistant']),
-    content: z.union([z.string(), z.array(TextPart).min(1)]),
-  })
-  .strict();
+  .discriminatedUnion('role', [
+    z.object({ role: z.enum(['system', 'user']), content: Content }).strict(),
+    z
+      .object({
+        role: z.literal('assistant'),
+        content: Content.optional().describe('Default: no text (an assistant turn of tool calls only)'),
+        toolCalls: z.array(ProxyToolCallIn).min(1).max(128).optional().describe('The tool calls the model made in this turn'),
+      })
+      .strict(),
+    z
+      .object({
+        role: z.literal('tool'),
+        toolCallId: ToolCallId.describe('The `id` of the call this answers, from an earlier assistant message'),
+        content: Content.describe('The tool’s result, as text'),
+      })
+      .strict(),
+  ])
+  .describe('`system`, `user`, `assistant` (text, and the `toolCalls` it made) or `tool` (the result of one call)');
+export type ProxyMessage = z.infer<typeof ProxyMessage>;
 
 export const ProxyTool = z
   .object({
-    name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'letters, digits, "_" and "-", at most 64'),
+    name: ToolName,
     description: z.string().max(4000).optional(),
     parameters: z.record(z.string(), z.unknown()).default({ type: 'object', properties: {} }).describe('JSON Schema of the input'),
   })

@@ -16,6 +16,7 @@ import { stateKey } from '../../platform/state.js';
 import { recordUsage, requireCredits, settleAfterCommit } from '../billing/index.js';
 import { existingSecretNames, resolveSecret } from '../secrets/index.js';
 import { loadCatalogue, type ModelEntry } from './catalogue.js';
+import { checkToolTurns, modelMessages, type MessageNames } from './messages.js';
 import { OpenAIUpstream, toChatRequest, type ChatRequest, type StreamHooks } from './passthrough.js';
 import { createModelProvider, type ModelProvider } from './providers.js';
 import type { ProxyBody, ProxyResult, Usage } from './schemas.js';
@@ -211,17 +212,14 @@ export function providerError(err: unknown, modelId: string): AppError {
   return new AppError('provider_error', `the model call for "${modelId}" failed: ${e?.message ?? String(err)}`);
 }
 
-function callArgs(body: ProxyBody, model: LanguageModel, signal: AbortSignal) {
+function callArgs(body: ProxyBody, model: LanguageModel, signal: AbortSignal, toolNames: Map<string, string>) {
   const o = body.options;
   const tools: ToolSet | undefined = o.tools?.length
     ? Object.fromEntries(
         o.tools.map((t) => [t.name, tool({ description: t.description, inputSchema: jsonSchema(t.parameters as Parameters<typeof jsonSchema>[0]) })]),
       )
     : undefined;
-  const messages: ModelMessage[] = o.messages.map((m) => ({
-    role: m.role,
-    content: typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join(''),
-  })) as ModelMessage[];
+  const messages = modelMessages(o.messages, toolNames);
   const toolChoice =
     o.toolChoice === undefined ? undefined : typeof o.toolChoice === 'string' ? o.toolChoice : { type: 'tool' as const, toolName: o.toolChoice.tool };
   return {
@@ -259,17 +257,35 @@ function passthroughCall(deps: Deps, entry: ModelEntry, body: ProxyBody): { upst
   return upstream && request ? { upstream, request } : null;
 }
 
-/** `POST /v1/model-proxy`: one platform model call, the whole result at once. */
-export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<ProxyResult> {
+/**
+ * How a proxy call is made. `byok`: a bring-your-own-key model may be called too, on the caller's key (the
+ * OpenAI-compatible endpoints, ADR 0042; `/v1/model-proxy` itself serves platform models only, ADR 0012).
+ * `names`: what the messages and their tool fields are called in errors (default: the proxy's own names).
+ */
+export interface ProxyCallOptions {
+  byok?: boolean;
+  names?: MessageNames;
+}
+
+/** What every proxy call checks first: the scope, the tier, the tool turns, the model, the credits. */
+async function startProxyCall(ctx: Ctx, body: ProxyBody, opts: ProxyCallOptions) {
   requireScope(ctx, 'models:use');
   checkTier(body);
-  const { entry } = await resolveEntry(ctx, body.model, { platformOnly: true });
+  const toolNames = checkToolTurns(body.options.messages, opts.names);
+  const { entry, key } = await resolveEntry(ctx, body.model, { platformOnly: !opts.byok });
   await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
+  const model = () => modelGateway(ctx.deps).provider.languageModel(entry, key);
+  return { entry, toolNames, model };
+}
+
+/** `POST /v1/model-proxy`: one platform model call, the whole result at once. */
+export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSignal, opts: ProxyCallOptions = {}): Promise<ProxyResult> {
+  const { entry, toolNames, model } = await startProxyCall(ctx, body, opts);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
   const direct = passthroughCall(ctx.deps, entry, body);
   let answer: Omit<ProxyResult, 'model'>;
   try {
-    answer = direct ? await direct.upstream.generate(direct.request, timeout) : await generateThroughSdk(ctx, entry, body, timeout);
+    answer = direct ? await direct.upstream.generate(direct.request, timeout) : await generateThroughSdk(callArgs(body, model(), timeout, toolNames));
   } catch (err) {
     throw providerError(err, entry.id);
   }
@@ -277,8 +293,8 @@ export async function proxyGenerate(ctx: Ctx, body: ProxyBody, signal: AbortSign
   return { model: entry.id, ...answer };
 }
 
-async function generateThroughSdk(ctx: Ctx, entry: ModelEntry, body: ProxyBody, signal: AbortSignal): Promise<Omit<ProxyResult, 'model'>> {
-  const result = await generateText(callArgs(body, modelGateway(ctx.deps).provider.languageModel(entry), signal));
+async function generateThroughSdk(args: ReturnType<typeof callArgs>): Promise<Omit<ProxyResult, 'model'>> {
+  const result = await generateText(args);
   return {
     text: result.text,
     reasoning: result.reasoningText ?? '',
@@ -343,16 +359,12 @@ const ndjson = (line: StreamLine) => `${JSON.stringify(line)}\n`;
  * then yields NDJSON text (one or more whole lines at a time); an error mid-stream is an `error` line and the stream
  * ends.
  */
-export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal): Promise<AsyncGenerator<string>> {
-  requireScope(ctx, 'models:use');
-  checkTier(body);
-  const { entry } = await resolveEntry(ctx, body.model, { platformOnly: true });
-  await requireModelCredits(ctx, entry, `a call of model "${entry.id}"`);
+export async function proxyStream(ctx: Ctx, body: ProxyBody, signal: AbortSignal, opts: ProxyCallOptions = {}): Promise<AsyncGenerator<string>> {
+  const { entry, toolNames, model } = await startProxyCall(ctx, body, opts);
   const timeout = AbortSignal.any([signal, AbortSignal.timeout(ctx.deps.config.models.timeoutMs)]);
   const direct = passthroughCall(ctx.deps, entry, body);
   if (direct) return direct.upstream.stream(direct.request, signal, timeout, proxyLines(ctx, entry));
-  const model = modelGateway(ctx.deps).provider.languageModel(entry);
-  return ndjsonText(await streamLines(ctx, entry, callArgs(body, model, timeout), signal, timeout, { source: 'proxy' }));
+  return ndjsonText(await streamLines(ctx, entry, callArgs(body, model(), timeout, toolNames), signal, timeout, { source: 'proxy' }));
 }
 
 /** The lines of a passthrough stream that are the service's: `start`, `finish` once metered, `error` as mapped. */

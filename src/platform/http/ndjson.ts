@@ -18,12 +18,17 @@ async function* asText(lines: AsyncIterable<unknown>): AsyncIterable<string> {
  * whole lines, e.g. every line made from one network chunk of a provider's answer), until it ends or the client is
  * gone (`gone`). A client that reads slowly is waited for rather than buffered for.
  */
-export async function sendNdjsonText(reply: FastifyReply, text: AsyncIterable<string>, gone: AbortSignal): Promise<void> {
+export function sendNdjsonText(reply: FastifyReply, text: AsyncIterable<string>, gone: AbortSignal): Promise<void> {
+  return sendStreamText(reply, text, gone, 'application/x-ndjson; charset=utf-8');
+}
+
+/** As `sendNdjsonText`, for any streamed text format (e.g. server-sent events, `text/event-stream`). */
+export async function sendStreamText(reply: FastifyReply, text: AsyncIterable<string>, gone: AbortSignal, contentType: string): Promise<void> {
   reply.hijack();
   const raw = reply.raw;
   raw.writeHead(200, {
     ...(reply.getHeaders() as Record<string, string>),
-    'content-type': 'application/x-ndjson; charset=utf-8',
+    'content-type': contentType,
     'cache-control': 'no-cache',
     'x-accel-buffering': 'no',
   });
