@@ -1073,6 +1073,7 @@ fail:
  */
 struct relay {
   int in, out;          /* -1 once closed */
+  int stream;           /* 1 stdout, 2 stderr: what the output order records; 0 stdin (not recorded) */
   char buf[65536];
   size_t off, len;      /* pending bytes buf[off..len) */
   long long total;      /* bytes read from `in` */
@@ -1081,8 +1082,34 @@ struct relay {
   bool cut;             /* `in` closed by us at `hard` */
 };
 
-static void relay_init(struct relay *r, int in, int out, long long cap, long long hard) {
+/*
+ * The order in which output arrived: runs of kept bytes, stdout (+n) or stderr (-n), in the order the launcher
+ * read them, so that the caller can show the two streams interleaved. Reads of both pipes in one wake-up are
+ * in fd order (stdout first): two writes closer together than the launcher's wake-up cannot be told apart.
+ * Past ORDER_MAX runs the rest is not recorded (`orderLost`).
+ */
+#define ORDER_MAX 16384
+static long long order_runs[ORDER_MAX];
+static int order_len;
+static bool order_lost;
+
+static void order_note(int stream, long long n) {
+  if (stream == 0 || n <= 0 || order_lost) return;
+  long long v = stream == 1 ? n : -n;
+  if (order_len > 0 && (order_runs[order_len - 1] > 0) == (v > 0)) {
+    order_runs[order_len - 1] += v;
+    return;
+  }
+  if (order_len == ORDER_MAX) {
+    order_lost = true;
+    return;
+  }
+  order_runs[order_len++] = v;
+}
+
+static void relay_init(struct relay *r, int in, int out, int stream, long long cap, long long hard) {
   memset(r, 0, sizeof *r);
+  r->stream = stream;
   r->in = in;
   r->out = out;
   r->cap = cap;
@@ -1105,6 +1132,12 @@ static int relay_poll(struct relay *r, struct pollfd *pfd) {
   if (r->in >= 0 && r->len == r->off) pfd[n++] = (struct pollfd){.fd = r->in, .events = POLLIN};
   if (r->out >= 0 && r->len > r->off) pfd[n++] = (struct pollfd){.fd = r->out, .events = POLLOUT};
   return n;
+}
+
+static bool any_revents(const struct pollfd *pfd, int n) {
+  for (int i = 0; i < n; i++)
+    if (pfd[i].revents) return true;
+  return false;
 }
 
 /* Moves as much data as the fds allow without blocking. */
@@ -1142,6 +1175,7 @@ static void relay_pump(struct relay *r) {
     r->forwarded += keep;
     r->len = (size_t)keep;
     if (r->out < 0) r->len = 0;
+    order_note(r->stream, (long long)r->len);
     if (r->hard >= 0 && r->total > r->hard) {
       close_fd(&r->in);
       r->cut = true;
@@ -1249,9 +1283,9 @@ static int cmd_run(int argc, char **argv) {
   }
 
   static struct relay rin, rout, rerr;
-  relay_init(&rin, 0, pin[1], -1, -1);
-  relay_init(&rout, pout[0], 1, o.output_bytes, o.output_bytes < 0 ? -1 : o.output_bytes + o.output_slack);
-  relay_init(&rerr, perr[0], 2, o.output_bytes, o.output_bytes < 0 ? -1 : o.output_bytes + o.output_slack);
+  relay_init(&rin, 0, pin[1], 0, -1, -1);
+  relay_init(&rout, pout[0], 1, 1, o.output_bytes, o.output_bytes < 0 ? -1 : o.output_bytes + o.output_slack);
+  relay_init(&rerr, perr[0], 2, 2, o.output_bytes, o.output_bytes < 0 ? -1 : o.output_bytes + o.output_slack);
 
   /* Wait for the sandbox, relaying stdio, enforcing the wall-clock and CPU-time limits and watching for an
    * abort. After the sandbox ends, keep relaying until its output pipes reach EOF. */
@@ -1301,7 +1335,9 @@ static int cmd_run(int argc, char **argv) {
     pfd[np++] = (struct pollfd){.fd = sfd, .events = POLLIN};
     if (rep[0] >= 0) pfd[np++] = (struct pollfd){.fd = rep[0], .events = POLLIN};
     np += relay_poll(&rin, pfd + np);
+    int out_at = np;
     np += relay_poll(&rout, pfd + np);
+    int err_at = np;
     np += relay_poll(&rerr, pfd + np);
     int pr = poll(pfd, (nfds_t)np, wait_ms);
     if (pr < 0 && errno != EINTR) fail("poll: %s", strerror(errno));
@@ -1321,8 +1357,10 @@ static int cmd_run(int argc, char **argv) {
       report[report_len] = '\0';
     }
     relay_pump(&rin);
-    relay_pump(&rout);
-    relay_pump(&rerr);
+    /* Only the output pipes that were ready when poll returned: data written to the other one since then
+     * waits for the next round, so that it is recorded after what came before it (order_note). */
+    if (pr > 0 && any_revents(pfd + out_at, err_at - out_at)) relay_pump(&rout);
+    if (pr > 0 && any_revents(pfd + err_at, np - err_at)) relay_pump(&rerr);
   }
   if (rep[0] >= 0) {
     ssize_t r;
@@ -1382,7 +1420,21 @@ static int cmd_run(int argc, char **argv) {
          aborted ? "true" : "false", st.oom_kills, st.mem_failcnt, st.mem_peak, st.cpu_ns, have_report ? maxrss : 0,
          have_report && prog_wall > 0 ? prog_wall : wall_us, rout.total, rerr.total, rout.cut ? "true" : "false",
          rerr.cut ? "true" : "false");
-  write_all(report_fd, out, strlen(out));
+  /* The output order goes last, before the closing brace, written in pieces (it can be long). */
+  size_t head = strlen(out) - 2; /* without "}\n" */
+  write_all(report_fd, out, head);
+  char buf[4096];
+  size_t used = (size_t)snprintf(buf, sizeof buf, ",\"order\":[");
+  for (int i = 0; i < order_len; i++) {
+    if (used > sizeof buf - 32) {
+      write_all(report_fd, buf, used);
+      used = 0;
+    }
+    used += (size_t)snprintf(buf + used, sizeof buf - used, i ? ",%lld" : "%lld", order_runs[i]);
+  }
+  write_all(report_fd, buf, used);
+  const char *tail = order_lost ? "],\"orderLost\":true}\n" : "],\"orderLost\":false}\n";
+  write_all(report_fd, tail, strlen(tail));
   return 0;
 }
 

@@ -4,7 +4,7 @@ import type { Config, ServiceName } from './config.js';
 import { activityRegistry, activityRoutes } from './domains/activity/index.js';
 import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
 import { billingRoutes, onCreditsExhausted, registerAutoTopup, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
-import { executeRoutes, registerExecuteMetrics } from './domains/execute/index.js';
+import { executeRoutes, pistonRoutes, registerExecuteMetrics } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
 import { modelRoutes, registerModelMetrics } from './domains/models/index.js';
 import { oauthRoutes, registerFlowOwners, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
@@ -84,6 +84,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     identityRoutes,
     activityRoutes,
     executeRoutes,
+    pistonRoutes,
     templateRoutes,
     sandboxRoutes,
     threadRoutes,

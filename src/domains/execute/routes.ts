@@ -1,9 +1,8 @@
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
-import { clientGone } from '../../platform/http/client-gone.js';
 import { ErrorBody, errorResponses, MetaSchema } from '../../platform/http/envelope.js';
 import type { App } from '../../platform/http/server.js';
-import { CancelledError } from './pool.js';
+import { executeWhileConnected } from './client-gone.js';
 import { ExecuteBody, ExecutionResult, IsolationInfo, Runtime } from './schemas.js';
 import { closeSharedExecutor, executeCode, listRuntimes, sharedExecutor } from './service.js';
 
@@ -33,24 +32,12 @@ export async function executeRoutes(app: App, deps: Deps) {
         response: { 200: ExecutionResult, ...errorResponses, 503: ErrorBody },
       },
     },
-    async (req, reply) => {
-      const gone = clientGone(reply);
-      try {
-        const { id, result } = await executeCode(req.ctx, executor, req.body, gone.signal);
+    async (req, reply) =>
+      executeWhileConnected(reply, async (signal) => {
+        const { id, result } = await executeCode(req.ctx, executor, req.body, signal);
         reply.header('x-execution-id', id);
         return result;
-      } catch (err) {
-        // Nobody is left to answer; the activity log has the cancellation.
-        if (err instanceof CancelledError) {
-          reply.hijack();
-          reply.raw.destroy();
-          return;
-        }
-        throw err;
-      } finally {
-        gone.release();
-      }
-    },
+      }),
   );
 
   app.get(

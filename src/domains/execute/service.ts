@@ -323,22 +323,47 @@ const limitsFor = (config: ExecuteConfig, wallMs: number, memoryBytes: number): 
   outputBytes: config.outputLimitBytes,
 });
 
+/** Limits a caller sets beyond the request body (the Piston-compatible route's CPU times). */
+export interface ExecuteOptions {
+  /** CPU-time limit of each step, ms; default twice its wall-clock limit. */
+  cpuMs?: { compile?: number; run?: number };
+}
+
+/** stdout and stderr of each step interleaved in the order they were written (as far as the sandbox can tell). */
+export interface StepOutputs {
+  compile?: string;
+  run: string;
+}
+
 /** The compile step (if any) then the run step, in one fresh work directory deleted afterwards. */
-async function runPlan(executor: Executor, prepared: Prepared, body: ExecuteBody, signal?: AbortSignal) {
+async function runPlan(executor: Executor, prepared: Prepared, body: ExecuteBody, signal?: AbortSignal, options: ExecuteOptions = {}) {
   const { isolation, config } = executor;
   const { plan } = prepared;
   const work = await executor.workDirs.take();
+  const output: StepOutputs = { run: '' };
   try {
     await writeFiles(work, plan.files, plan.compile !== undefined);
     const step = async (s: Step, limits: Limits, stdin?: string) => {
       const r = await isolation.run({ argv: s.argv, env: s.env, workDir: work.path, stdin, limits, signal });
       if (r.status === 'aborted') throw new CancelledError();
       if (r.status === 'error') throw new SandboxError(r.message ?? 'the sandbox could not start');
-      return toStage(r, config.outputLimitBytes);
+      return { stage: toStage(r, config.outputLimitBytes), output: r.output ?? r.stdout + r.stderr };
     };
-    let compile = plan.compile && (await step(plan.compile, limitsFor(config, body.compile_timeout, prepared.compileMemoryBytes)));
-    if (compile && plan.compileStderr) compile = { ...compile, stderr: plan.compileStderr(compile.stderr) };
-    if (compile && !succeeded(compile)) return { compile, run: SKIPPED };
+    const stepLimits = (wallMs: number, memoryBytes: number, cpuMs?: number) => {
+      const l = limitsFor(config, wallMs, memoryBytes);
+      return cpuMs === undefined ? l : { ...l, cpuMs };
+    };
+    let compile: ExecutionStage | undefined;
+    if (plan.compile) {
+      const c = await step(plan.compile, stepLimits(body.compile_timeout, prepared.compileMemoryBytes, options.cpuMs?.compile));
+      compile = c.stage;
+      output.compile = c.output;
+      if (plan.compileStderr) {
+        compile = { ...compile, stderr: plan.compileStderr(compile.stderr) };
+        output.compile = compile.stdout + compile.stderr; // the rewritten messages: the order is lost with them
+      }
+    }
+    if (compile && !succeeded(compile)) return { compile, run: SKIPPED, output };
     let runStep = plan.run;
     if (plan.runIfProduced) {
       const produced = await lstat(path.join(work.path, plan.runIfProduced.file)).then(
@@ -347,8 +372,9 @@ async function runPlan(executor: Executor, prepared: Prepared, body: ExecuteBody
       );
       if (produced) runStep = plan.runIfProduced.run;
     }
-    const run = await step(runStep, limitsFor(config, body.run_timeout, prepared.runMemoryBytes), body.stdin ?? '');
-    return { compile, run };
+    const run = await step(runStep, stepLimits(body.run_timeout, prepared.runMemoryBytes, options.cpuMs?.run), body.stdin ?? '');
+    output.run = run.output;
+    return { compile, run: run.stage, output };
   } finally {
     executor.workDirs.discard(work);
   }
@@ -364,7 +390,8 @@ export async function executeCode(
   executor: Executor,
   body: ExecuteBody,
   signal?: AbortSignal,
-): Promise<{ id: string; result: ExecutionResult }> {
+  options?: ExecuteOptions,
+): Promise<{ id: string; result: ExecutionResult; output: StepOutputs }> {
   requireScope(ctx, 'execute:run');
   const prepared = await prepareExecution(executor, body);
   const { lang, tc } = prepared;
@@ -430,8 +457,9 @@ export async function executeCode(
 
   let compile: ExecutionStage | undefined;
   let run = SKIPPED;
+  let output: StepOutputs = { run: '' };
   try {
-    ({ compile, run } = await runPlan(executor, prepared, body, signal));
+    ({ compile, run, output } = await runPlan(executor, prepared, body, signal, options));
   } catch (err) {
     if (err instanceof CancelledError) {
       await fail('cancelled', 'cancelled: the client went away', 'warning');
@@ -465,7 +493,7 @@ export async function executeCode(
     if (succeeded(run)) await record('completed', outcomeText(run), { outcome: 'exited', ...metadata }, undefined, cpuSeconds);
     else await fail(run.status as Outcome, outcomeText(run), 'warning', metadata, cpuSeconds);
   }
-  return { id, result };
+  return { id, result, output };
 }
 
 class SandboxError extends Error {}

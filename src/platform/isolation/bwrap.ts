@@ -76,6 +76,10 @@ const LauncherReport = z.object({
   stderrBytes: z.number().optional(),
   stdoutCut: z.boolean().optional(),
   stderrCut: z.boolean().optional(),
+  /** Runs of kept output in arrival order: +n bytes of stdout, -n bytes of stderr. */
+  order: z.array(z.number().int()).optional(),
+  /** More runs than the launcher records: the rest is not in `order`. */
+  orderLost: z.boolean().optional(),
 });
 type LauncherReport = z.infer<typeof LauncherReport>;
 
@@ -204,7 +208,8 @@ export class BwrapIsolation implements Isolation {
       file: this.cfg.launcherPath,
       args,
       stdin: spec.stdin ?? '',
-      caps: [limits.outputBytes, limits.outputBytes, 64 * 1024],
+      // The report carries the output order (up to 16384 runs): room for it.
+      caps: [limits.outputBytes, limits.outputBytes, 512 * 1024],
     });
     let aborted = false;
     const onAbort = () => {
@@ -253,7 +258,7 @@ export class BwrapIsolation implements Isolation {
           message: `the launcher ${how} without a report`,
         };
       }
-      return toRunResult(parsed, base, spec, aborted);
+      return { ...toRunResult(parsed, base, spec, aborted), output: interleave(out, err, parsed) };
     });
     let runs = this.inFlight.get(dir);
     if (!runs) {
@@ -356,10 +361,34 @@ export function toRunResult(
   }
 }
 
+/**
+ * stdout and stderr as one text in the order the launcher read them (its `order` runs); whatever the runs do not
+ * cover (past the runs it records) follows, stdout first. Decoded once, so a character is split only where the
+ * program itself switched streams in the middle of it.
+ */
+export function interleave(stdout: Buffer, stderr: Buffer, report: Pick<LauncherReport, 'order'>): string {
+  const parts: Buffer[] = [];
+  let o = 0;
+  let e = 0;
+  for (const run of report.order ?? []) {
+    if (run > 0) {
+      parts.push(stdout.subarray(o, o + run));
+      o += run;
+    } else {
+      parts.push(stderr.subarray(e, e - run));
+      e -= run;
+    }
+  }
+  if (o < stdout.length) parts.push(stdout.subarray(o));
+  if (e < stderr.length) parts.push(stderr.subarray(e));
+  return Buffer.concat(parts).toString('utf8');
+}
+
 function abortedBeforeStart(): RunResult {
   return {
     stdout: '',
     stderr: '',
+    output: '',
     code: null,
     signal: null,
     status: 'aborted',

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIsolation, type Isolation, type Limits, type RunSpec, type WorkDir } from './index.js';
 import { startTimeOf } from './uid-slots.js';
+import { interleave } from './bwrap.js';
 import { describeNeeding, isolationNeed, itNeeding } from '../../../test/needs.js';
 import { until } from '../../../test/helpers.js';
 import { hostHierarchy } from '../../../test/cgroups.js';
@@ -92,6 +93,17 @@ function compileC(work: WorkDir, name: string, source: string): string {
   rmSync(src);
   return `/box/${name}`;
 }
+
+describe('interleaved output', () => {
+  it('follows the launcher’s runs; what they do not cover follows, stdout first; a character split by a switch stays split', () => {
+    const out = Buffer.from('abcdef');
+    const err = Buffer.from('XYZ');
+    expect(interleave(out, err, { order: [2, -1, 3, -2] })).toBe('abXcdeYZf');
+    expect(interleave(out, err, { order: [2, -1] })).toBe('abXcdefYZ');
+    expect(interleave(out, err, {})).toBe('abcdefXYZ');
+    expect(interleave(Buffer.from('é'), Buffer.from('!'), { order: [1, -1, 1] })).toBe('\ufffd!\ufffd');
+  });
+});
 
 describe('isolation availability', () => {
   itNeeding(hostNeed, 'is available on a host set up by scripts/setup.sh (root, bwrap, cgroup v1 or v2, native helpers)', () => {
@@ -367,6 +379,20 @@ print("interfaces", sorted(name for _, name in socket.if_nameindex()))
     expect(over).toMatchObject({ status: 'ok', code: 0, stdoutTruncated: true, stderrTruncated: true });
     expect(over.stdout).toBe('y'.repeat(1000));
     expect(over.stderr).toBe('e'.repeat(1000));
+  });
+
+  it('reports stdout and stderr interleaved in the order written, cut at the output limit like each stream', async () => {
+    const script = 'for i in 1 2 3; do echo "out$i"; sleep 0.1; echo "err$i" >&2; sleep 0.1; done';
+    const r = await run(['/bin/sh', '-c', script]);
+    expect(r.stdout).toBe('out1\nout2\nout3\n');
+    expect(r.output).toBe('out1\nerr1\nout2\nerr2\nout3\nerr3\n');
+    const cut = await run(
+      [PYTHON, '-c', 'import sys, time; sys.stderr.write("e" * 3000); sys.stderr.flush(); time.sleep(0.2); sys.stdout.write("o" * 3000)'],
+      {
+        lim: { outputBytes: 1000 },
+      },
+    );
+    expect(cut.output).toBe(`${'e'.repeat(1000)}${'o'.repeat(1000)}`);
   });
 
   it("runs 8 programs in parallel that see neither each other's files nor processes", async () => {

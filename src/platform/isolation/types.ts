@@ -53,6 +53,12 @@ export interface RunResult {
   status: RunStatus;
   /** Human-readable reason for any status but `ok`. */
   message: string | null;
+  /**
+   * stdout and stderr interleaved in the order the sandbox read them (runs of each as they arrived; two writes
+   * closer together than the sandbox's wake-up show stdout's first). Absent where the layer cannot tell
+   * (a run that did not report): stdout then stderr is the best there is.
+   */
+  output?: string;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
   /** Wall-clock time of the program. */

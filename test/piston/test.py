@@ -1,0 +1,4 @@
+try:
+    raise ExceptionGroup("group", [ValueError("checked")])
+except* ValueError:
+    print("OK")

@@ -1,0 +1,3 @@
+status = "OK"
+result = {status:}
+puts result[:status]

@@ -1,0 +1,2 @@
+status=ok
+echo "${status@U}"

@@ -1,0 +1,3 @@
+type Status = 'OK' | 'FAIL';
+const result = { status: 'OK' } satisfies { status: Status };
+console.log(result.status);
