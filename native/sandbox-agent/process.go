@@ -99,6 +99,10 @@ type Proc struct {
 	stdinClosed bool
 	timer       *time.Timer
 	graceTimer  *time.Timer
+	// ptmx is the terminal's master side for a process started with a pty (nil otherwise): its output is
+	// read from it (as stdout) and its stdin written to it. Closed when the record finishes (a hang-up).
+	ptmx      *os.File
+	ptyClosed bool
 }
 
 // Manager owns the process table and the single reaper.
@@ -213,6 +217,9 @@ type StartRequest struct {
 	Stdin     *string           `json:"stdin"`
 	KeepStdin bool              `json:"keepStdin"`
 	TimeoutMs int64             `json:"timeoutMs"`
+	// Pty runs the process on a new pseudo-terminal of this size (its stdin, stdout and stderr, and its
+	// controlling terminal); stdin stays open for /stdin calls.
+	Pty *PtySize `json:"pty"`
 }
 
 func envLookup(env []string, key string) (string, bool) {
@@ -407,6 +414,11 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 	if req.TimeoutMs < 0 {
 		return nil, badRequest("timeoutMs must not be negative")
 	}
+	if req.Pty != nil {
+		if err := req.Pty.check(true); err != nil {
+			return nil, err
+		}
+	}
 	var stdinData []byte
 	if req.Stdin != nil {
 		d, err := decodeBase64(*req.Stdin)
@@ -442,6 +454,9 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 				f.Close()
 			}
 		}
+	}
+	if req.Pty != nil {
+		return m.startPty(req, cmd, cwd, path, argv, env, stdinData)
 	}
 	outR, outW, err := pipe(true)
 	if err != nil {
@@ -488,13 +503,7 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 		openPipes: 2, pipes: []*os.File{outR, errR}, stdin: stdinW, stdinKept: req.KeepStdin,
 		stdinClosed: stdinW == nil, notify: make(chan struct{}),
 	}
-	if cmd == nil {
-		p.args = append([]string(nil), req.Args...)
-	}
-	if old := m.procs[pid]; old != nil {
-		old.closePipes()
-	}
-	m.procs[pid] = p
+	m.registerLocked(p, cmd, req.Args)
 	m.mu.Unlock()
 	cleanup(false)
 
@@ -514,13 +523,76 @@ func (m *Manager) Start(req *StartRequest) (*Proc, error) {
 	}
 	go p.readLoop(outR, kindStdout)
 	go p.readLoop(errR, kindStderr)
-	if req.TimeoutMs > 0 {
+	p.startTimer(req.TimeoutMs)
+	return p, nil
+}
+
+// registerLocked enters a started process in the table (m.mu held since the fork, so the reaper cannot miss it).
+func (m *Manager) registerLocked(p *Proc, cmd *string, args []string) {
+	if cmd == nil {
+		p.args = append([]string(nil), args...)
+	}
+	if old := m.procs[p.pid]; old != nil {
+		old.closePipes()
+	}
+	m.procs[p.pid] = p
+}
+
+func (p *Proc) startTimer(timeoutMs int64) {
+	if timeoutMs > 0 {
 		p.mu.Lock()
 		if !p.statusKnown {
-			p.timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, p.timeoutFired)
+			p.timer = time.AfterFunc(time.Duration(timeoutMs)*time.Millisecond, p.timeoutFired)
 		}
 		p.mu.Unlock()
 	}
+}
+
+// startPty starts a process on a new pseudo-terminal: the slave is its stdin, stdout, stderr and controlling
+// terminal (it leads a session of its own), the master is read as its output and written as its stdin.
+func (m *Manager) startPty(req *StartRequest, cmd *string, cwd, path string, argv, env []string, stdinData []byte) (*Proc, error) {
+	var master *os.File
+	slave := -1
+	if err := asUser(m.cfg.User, func() error {
+		var err error
+		master, slave, _, err = openPty(*req.Pty)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("cannot open a terminal: %w", err)
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   cwd,
+		Env:   env,
+		Files: []uintptr{uintptr(slave), uintptr(slave), uintptr(slave)},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0},
+	}
+	if u := m.cfg.User; u != nil {
+		attr.Sys.Credential = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}
+	}
+	m.mu.Lock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	syscall.Close(slave) // the child has its own copies
+	if err != nil {
+		m.mu.Unlock()
+		master.Close()
+		return nil, badRequest("cannot start %s: %v", argv[0], err)
+	}
+	p := &Proc{
+		m: m, pid: pid, cmd: cmd, cwd: cwd, startedAt: time.Now(), maxOutput: m.cfg.MaxOutput,
+		openPipes: 1, pipes: []*os.File{master}, stdin: master, stdinKept: true, ptmx: master,
+		notify: make(chan struct{}),
+	}
+	m.registerLocked(p, cmd, req.Args)
+	m.mu.Unlock()
+	if len(stdinData) > 0 {
+		p.stdinMu.Lock() // /stdin calls queue behind the initial data
+		go func() {
+			defer p.stdinMu.Unlock()
+			_, _ = master.Write(stdinData)
+		}()
+	}
+	go p.readLoop(master, kindStdout)
+	p.startTimer(req.TimeoutMs)
 	return p, nil
 }
 
@@ -587,6 +659,11 @@ func (p *Proc) wakeLocked() {
 
 func (p *Proc) finishLocked() {
 	p.finished = true
+	if p.ptmx != nil && !p.ptyClosed {
+		// A background process may still hold the terminal: it gets the hang-up a closed terminal gives.
+		p.ptyClosed = true
+		p.ptmx.Close()
+	}
 	p.wakeLocked()
 }
 
@@ -615,7 +692,8 @@ func (p *Proc) timeoutFired() {
 }
 
 func (p *Proc) closeStdinLocked() {
-	if p.stdin != nil && !p.stdinClosed {
+	// A terminal's master is also its output: it stays open until the record finishes.
+	if p.stdin != nil && !p.stdinClosed && p.ptmx == nil {
 		p.stdin.Close()
 	}
 	p.stdinClosed = true
@@ -663,6 +741,11 @@ func (p *Proc) WriteStdin(data []byte, eof bool, cancel <-chan struct{}) error {
 	}
 	f := p.stdin
 	p.mu.Unlock()
+	if eof && p.ptmx != nil {
+		// A terminal has no end of input but the end-of-file character (^D) at the start of a line.
+		data = append(append([]byte(nil), data...), 4)
+		eof = false
+	}
 	if len(data) > 0 {
 		_ = f.SetWriteDeadline(time.Time{})
 		done := make(chan struct{})
@@ -742,6 +825,7 @@ type ProcessInfo struct {
 	OutputBytes int64    `json:"outputBytes"`
 	Truncated   bool     `json:"truncated"`
 	StdinOpen   bool     `json:"stdinOpen"`
+	Pty         bool     `json:"pty"`
 }
 
 func (p *Proc) exitStatusLocked() (code *int, sig *string) {
@@ -767,7 +851,7 @@ func (p *Proc) infoLocked() ProcessInfo {
 	info := ProcessInfo{
 		Pid: p.pid, Cmd: p.cmd, Args: p.args, Cwd: p.cwd, Running: !p.finished, TimedOut: p.timedOut,
 		StartedAt: fmtTime(p.startedAt), OutputBytes: p.total, Truncated: p.truncated,
-		StdinOpen: p.stdinKept && !p.stdinClosed,
+		StdinOpen: p.stdinKept && !p.stdinClosed, Pty: p.ptmx != nil,
 	}
 	info.ExitCode, info.Signal = p.exitStatusLocked()
 	if p.finished {

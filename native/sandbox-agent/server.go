@@ -260,6 +260,20 @@ func (s *Server) processRoute(w http.ResponseWriter, r *http.Request, rest strin
 			return
 		}
 		w.WriteHeader(204)
+	case "resize":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, r, "POST")
+			return
+		}
+		var req PtySize
+		if !decodeJSON(w, r, &req) {
+			return
+		}
+		if err := p.Resize(req); err != nil {
+			writeErr(w, err)
+			return
+		}
+		w.WriteHeader(204)
 	case "signal":
 		if r.Method != http.MethodPost {
 			methodNotAllowed(w, r, "POST")

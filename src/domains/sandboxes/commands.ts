@@ -15,7 +15,8 @@ export interface Started {
   pid: number;
 }
 
-async function templateWorkdir(ctx: Ctx, slug: string, templateId: string): Promise<string | undefined> {
+/** The template's WORKDIR (cached per template), where commands without a `cwd` run. */
+export async function templateWorkdir(ctx: Ctx, slug: string, templateId: string): Promise<string | undefined> {
   const { workdirs } = ctx.deps.state.get(SANDBOX_STATE);
   if (!workdirs.has(templateId)) workdirs.set(templateId, (await resolveTemplate(ctx, slug, templateId)).workdir ?? undefined);
   return workdirs.get(templateId);

@@ -186,6 +186,26 @@ export const KillBody = z
   .object({ signal: z.enum(['SIGTERM', 'SIGKILL', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']).default('SIGKILL') })
   .strict();
 
+export const ShellQuery = z.object({
+  cols: z.coerce.number().int().min(1).max(1000).default(80).describe('Terminal width in columns (1–1000, default 80)'),
+  rows: z.coerce.number().int().min(1).max(1000).default(24).describe('Terminal height in rows (1–1000, default 24)'),
+  command: noNul(z.string().min(1).max(8192)).optional().describe('Run this with `/bin/bash -c` on the terminal instead of an interactive bash'),
+  term: z
+    .string()
+    .regex(/^[A-Za-z0-9._+-]{1,64}$/, 'a terminal type such as xterm-256color')
+    .optional()
+    .describe('TERM for the shell (default xterm-256color)'),
+});
+export type ShellQuery = z.infer<typeof ShellQuery>;
+
+/** A text frame from the client of a shell: its only control message (input is binary frames). */
+export const ShellControl = z.object({
+  type: z.literal('resize'),
+  cols: z.number().int().min(1).max(1000),
+  rows: z.number().int().min(1).max(1000),
+});
+export type ShellControl = z.infer<typeof ShellControl>;
+
 export const OutputQuery = z.object({
   follow: queryBool.default(false).describe('With `Accept: text/event-stream`: keep streaming until the process exits'),
   after: z.coerce.number().int().min(0).default(0).describe('Skip output before this byte offset (the `offset` of events already seen)'),

@@ -10,5 +10,5 @@ export {
   type NodeLoad,
 } from './registry.js';
 export { HOP_HEADERS, HOP_WINDOW_MS, signHop, verifyHop } from './signing.js';
-export { forwardRequest } from './proxy.js';
+export { forwardRequest, HOP_BY_HOP } from './proxy.js';
 export { forwardingHooks, type NodeTarget } from './hooks.js';

@@ -9,8 +9,8 @@ import { HOP_HEADERS, signHop } from './signing.js';
 /** How long the other node has to accept the connection; what follows (a long command, an SSE stream) has no deadline. */
 const CONNECT_TIMEOUT_MS = 5_000;
 
-/** Per-connection headers (RFC 9110 §7.6.1) and our own hop headers are not passed along. */
-const HOP_BY_HOP = new Set([
+/** Per-connection headers (RFC 9110 §7.6.1) and our own hop headers are not passed along (a forwarded upgrade sets its own). */
+export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
   'keep-alive',
   'proxy-connection',

@@ -51,6 +51,8 @@ export interface StartProcess {
   stdin?: string;
   keepStdin?: boolean;
   timeoutMs?: number;
+  /** Runs the process on a new terminal of this size (stdin, stdout, stderr and controlling terminal); stdin stays open. */
+  pty?: { cols: number; rows: number };
 }
 
 /** What the server accepts from an agent. An honest agent stays far below each. */
@@ -182,6 +184,11 @@ export class AgentClient {
 
   async sendStdin(pid: number, data: string, eof: boolean): Promise<void> {
     await this.json('POST', `/processes/${pid}/stdin`, null, { ms: this.limits.stdinMs, strict: false }, { data, eof });
+  }
+
+  /** Sets the terminal size of a process started with `pty` (409 when it has none or has exited). */
+  async resize(pid: number, cols: number, rows: number): Promise<void> {
+    await this.json('POST', `/processes/${pid}/resize`, null, this.call(), { cols, rows });
   }
 
   async signal(pid: number, signal: string): Promise<void> {
