@@ -6,6 +6,7 @@ import { agentRoutes, registerAgentActivity } from './domains/agents/index.js';
 import { billingRoutes, onCreditsExhausted, registerAutoTopup, startBillingJobs, startCreditGraceJobs } from './domains/billing/index.js';
 import { executeRoutes, pistonRoutes, registerExecuteMetrics } from './domains/execute/index.js';
 import { createAuthenticator, identityRoutes } from './domains/identity/index.js';
+import { mcpRoutes } from './domains/mcp/index.js';
 import { modelRoutes, registerModelMetrics } from './domains/models/index.js';
 import { oauthRoutes, registerFlowOwners, registerOAuthActivity, startOAuthJobs } from './domains/oauth/index.js';
 import { membershipOf, organizationRoutes } from './domains/organizations/index.js';
@@ -41,6 +42,7 @@ import {
   reconcileAfterRevival,
   registerSandboxActivity,
   sandboxRoutes,
+  sandboxShellRoutes,
   sandboxUsingTemplate,
   startSandboxJobs,
   startSandboxPool,
@@ -88,6 +90,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     templateRoutes,
     sandboxRoutes,
     threadRoutes,
+    sandboxShellRoutes, // after threadRoutes, which registers the WebSocket plugin
     modelRoutes,
     agentRoutes,
     runRoutes,
@@ -98,6 +101,7 @@ const SERVICE_ROUTES: Record<ServiceName, RouteModule[]> = {
     triggerRoutes,
     deploymentRoutes,
     workflowRoutes,
+    mcpRoutes,
   ],
   auth: [oauthRoutes],
   tools: [secretRoutes, toolRoutes],

@@ -29,11 +29,13 @@ export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with
   sandbox create [--template T] [--name N] [--json] | sandbox ls [--json]
   sandbox exec ID -- CMD [ARGS...]             run a command in a sandbox, its output as it comes; exit code = the command's
   sandbox pause|resume|rm ID [--json]
+  sandbox shell ID [--command CMD]            an interactive terminal in a sandbox; exit code = the shell's
   sandbox cp SRC DEST                          copy a file in or out: LOCAL ID:PATH uploads, ID:PATH LOCAL (or -) downloads
   run AGENT PROMPT [--thread ID] [--json]      run an agent: its answer as it streams, tool calls on stderr; exit 0 when it completed
-  threads tail ID [--no-follow] [--json]      a thread's recent history, then its frames live (reconnects and resumes by sequence)`;
+  threads tail ID [--no-follow] [--json]      a thread's recent history, then its frames live (reconnects and resumes by sequence)
+  mcp [--base-url URL]                        serve Hangar's MCP tools on stdin/stdout for an MCP host (bridged to the server's /v1/mcp)`;
 
-export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox', 'run']);
+export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox', 'run', 'mcp']);
 
 /** Whether argv (after `hangar`) is a client command: one of CLIENT_COMMANDS, or `threads tail` (`threads rebuild` is the server's). */
 export const isClientCommand = (argv: readonly string[]): boolean =>
@@ -49,7 +51,7 @@ export class ClientCliError extends Error {
   }
 }
 
-interface Credentials {
+export interface Credentials {
   baseUrl: string;
   credential: string;
 }
@@ -88,14 +90,14 @@ async function savedCredentials(env: NodeJS.ProcessEnv): Promise<Credentials | n
 }
 
 /** The credential to use: HANGAR_API_KEY (with HANGAR_BASE_URL) over the saved one. */
-async function credentials(env: NodeJS.ProcessEnv): Promise<Credentials> {
+export async function credentials(env: NodeJS.ProcessEnv): Promise<Credentials> {
   const saved = await savedCredentials(env);
   const credential = env.HANGAR_API_KEY || saved?.credential;
   if (!credential) throw new ClientCliError('not logged in: run `hangar login` (or set HANGAR_API_KEY)');
   return { baseUrl: normalizeUrl(env.HANGAR_BASE_URL || saved?.baseUrl || DEFAULT_BASE_URL), credential };
 }
 
-function normalizeUrl(url: string): string {
+export function normalizeUrl(url: string): string {
   let u: URL;
   try {
     u = new URL(url);
@@ -300,7 +302,7 @@ interface SandboxView {
 }
 
 const SANDBOX_USAGE =
-  'usage: hangar sandbox create [--template T] [--name N] | ls | exec ID -- CMD [ARGS...] | cp SRC DEST | pause ID | resume ID | rm ID';
+  'usage: hangar sandbox create [--template T] [--name N] | ls | exec ID -- CMD [ARGS...] | shell ID [--command CMD] | cp SRC DEST | pause ID | resume ID | rm ID';
 
 /** `ID:PATH` of `hangar sandbox cp`, or null for a local path. */
 function remotePath(arg: string): { id: string; path: string } | null {

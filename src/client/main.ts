@@ -17,6 +17,18 @@ async function readLine(): Promise<string> {
 /** Runs one client command and sets the exit code (2 and one line on stderr for a usage or API error). */
 export async function runClient(command: string, argv: string[]): Promise<void> {
   try {
+    if (command === 'mcp') {
+      // Standard output carries MCP frames only (src/client/mcp.ts); the SDK is loaded for this command alone.
+      const { runMcpBridge } = await import('./mcp.js');
+      process.exitCode = await runMcpBridge(argv, process.env, (t) => console.error(t));
+      return;
+    }
+    if (command === 'sandbox' && argv[0] === 'shell') {
+      // An interactive terminal into a sandbox (src/client/shell.ts).
+      const { runShell } = await import('./shell.js');
+      process.exitCode = await runShell(argv.slice(1), process.env, (t) => console.error(t));
+      return;
+    }
     process.exitCode = await clientCli(command, argv, { env: process.env, out: (t) => console.log(t), err: (t) => console.error(t), readLine });
   } catch (err) {
     if (err instanceof ClientCliError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {

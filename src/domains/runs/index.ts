@@ -13,3 +13,4 @@ export {
 } from './device.js';
 export { cancelRun, cancelRunOfDeletedThread, endLocalRun, getRun, registerRunMetrics, startRun } from './service.js';
 export { CancelledError } from './io.js';
+export { RunBody } from './schemas.js';

@@ -38,4 +38,5 @@ export {
 } from './frames.js';
 export { EXECUTION_MODES } from './schemas.js';
 export { runFinalText, threadHistory, type HistoryMessage } from './history.js';
+export { listEvents, listThreads } from './service.js';
 export { allThreadIds } from './maintenance.js';
