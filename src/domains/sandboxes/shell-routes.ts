@@ -106,14 +106,6 @@ export async function sandboxShellRoutes(app: App, deps: Deps) {
       await forwardUpgrade(deps, req, node);
       reply.hijack();
     });
-    // An upgrade refused before the WebSocket plugin's own hooks ran (401/403 from authentication) is not closed by
-    // the plugin: without this its connection would stay open after the answer, for as long as the client likes.
-    routes.addHook('onResponse', async (req) => {
-      const socket = req.raw.socket;
-      if (req.headers.upgrade === undefined || !socket || socket.destroyed) return;
-      socket.end();
-      setTimeout(() => socket.destroy(), 1000).unref();
-    });
     routes.route({
       method: 'GET',
       url: '/v1/sandboxes/:id/shell',

@@ -1,3 +1,4 @@
+import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 
@@ -232,5 +233,59 @@ describe('HTTP conventions', () => {
       payload: '{"name":"x","scopes":["org:read"]}',
     });
     expectError(res, 415, 'unsupported_media_type');
+  });
+});
+
+describe('a WebSocket upgrade refused with an HTTP answer', () => {
+  let h: Harness;
+  let admin: Actor;
+  let port: number;
+  beforeAll(async () => {
+    h = await createHarness();
+    admin = await createOrgAdmin(h);
+    await h.app.listen({ port: 0, host: '127.0.0.1' });
+    port = (h.app.server.address() as AddressInfo).port;
+  });
+  afterAll(() => h.close());
+
+  /** Sends a raw upgrade and answers what came back and whether the server closed the connection within 3 s. */
+  function upgrade(path: string, headers: Record<string, string>): Promise<{ head: string; closedByServer: boolean }> {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(port, '127.0.0.1');
+      let data = '';
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve({ head: data, closedByServer: false });
+      }, 3000);
+      socket.on('data', (d) => {
+        data += d.toString('latin1');
+      });
+      socket.on('end', () => {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve({ head: data, closedByServer: true });
+      });
+      socket.on('error', reject);
+      const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
+      socket.write(
+        `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n${extra.join('')}\r\n`,
+      );
+    });
+  }
+
+  it('is closed by the server after the answer, whatever the route (no socket left open by an unauthenticated client)', async () => {
+    // Control: the admin's upgrade of a sandbox that is not there is refused too (404), and closed.
+    const missing = await upgrade('/v1/sandboxes/sbx_missing/shell', admin.headers as Record<string, string>);
+    expect(missing.head).toMatch(/^HTTP\/1\.1 404/);
+    expect(missing.closedByServer).toBe(true);
+    for (const path of ['/v1/sandboxes/sbx_missing/shell', '/v1/runmesh/connect']) {
+      const res = await upgrade(path, {});
+      expect(res.head, path).toMatch(/^HTTP\/1\.1 401/);
+      expect(res.closedByServer, path).toBe(true);
+    }
+    // A device route with an API key: 403, closed too.
+    const forbidden = await upgrade('/v1/runmesh/connect', admin.headers as Record<string, string>);
+    expect(forbidden.head).toMatch(/^HTTP\/1\.1 403/);
+    expect(forbidden.closedByServer).toBe(true);
   });
 });

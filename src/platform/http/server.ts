@@ -226,6 +226,16 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
     req.ctx = { deps, requestId: req.id, principal };
   });
 
+  // An upgrade refused with an HTTP answer (401/403 from authentication, 404, 409...) before the WebSocket plugin
+  // took the connection is not closed by the plugin: without this it would stay open after the answer, for as long
+  // as the client likes.
+  app.addHook('onResponse', async (req, reply) => {
+    const socket = req.raw.socket;
+    if (req.headers.upgrade === undefined || reply.statusCode < 400 || !socket || socket.destroyed) return;
+    socket.end();
+    setTimeout(() => socket.destroy(), 1000).unref();
+  });
+
   // Any JSON body nested absurdly deep is refused before validation: fields typed "any JSON" would otherwise be
   // stored as given and overflow the stack when serialised later (a 500). Names the top-level field it is under.
   app.addHook('preValidation', async (req) => {
