@@ -310,7 +310,12 @@ export async function channelRoutes(app: App, deps: Deps) {
           'Called by the business messaging provider when its callback URL is saved: echoes `hub.challenge` (text/plain) only for `hub.mode=subscribe` with the channel’s `hub.verify_token`; otherwise 403.',
         security: [],
         params: ChannelParams,
-        querystring: z.record(z.string(), z.string().max(1000)),
+        // Named parameters, not a record: a record becomes invalid OpenAPI parameters that code generators refuse.
+        querystring: z.object({
+          'hub.mode': z.string().max(1000).optional(),
+          'hub.verify_token': z.string().max(1000).optional(),
+          'hub.challenge': z.string().max(1000).optional(),
+        }),
         response: { 200: z.string(), ...errorResponses },
       },
     },

@@ -2248,6 +2248,232 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v2/execute": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a program (Piston API v2)
+         * @description Piston’s `POST /api/v2/execute`: the same request (`language`, `version`, `files`, `stdin`, `args`, the timeouts, CPU times and memory limits) and answer (`language`, `version`, `compile` for compiled languages, `run`, each with `stdout`, `stderr`, `output`, `code`, `signal`, `message`, `status`, `cpu_time`, `wall_time`, `memory`), run like `POST /v1/execute` (scope `execute:run`, its pool, metering and activity events; the execution id is in `X-Execution-Id`). A limit of -1 is this server’s maximum. `output` interleaves stdout and stderr in the order they were written (two writes closer together than the sandbox notices are shown stdout first). Errors are `{ message }`: 400 for what Piston refuses (`<language>-<version> runtime is unknown`, a missing or mistyped field, a limit above the maximum) and for what Hangar refuses besides (file names).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["PistonExecuteRequestInput"];
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonExecuteResult"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                402: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/runtimes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Installed languages and versions (Piston API v2)
+         * @description Piston’s `GET /api/v2/runtimes`: a bare array, one entry per installed version, with the aliases `POST /api/v2/execute` accepts (Piston’s, such as `py3`, `node-js`, `mono-csharp`, and Hangar’s) and `runtime` where Piston names one.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonRuntime"][];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                402: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+                /** @description `{ message }`, as Piston answers */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PistonError"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/templates": {
         parameters: {
             query?: never;
@@ -6832,6 +7058,539 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/shell": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An interactive terminal (WebSocket)
+         * @description A WebSocket (`Upgrade: websocket`, credentials as headers like any request): an interactive bash on a new terminal, as the sandbox user, in the template’s working directory; `command` runs that instead (`/bin/bash -c`). Query: `cols`, `rows` (1–1000; default 80×24), `command`, `term` (default xterm-256color). Binary frames carry terminal bytes both ways. Text frames from the client: `{"type":"resize","cols":N,"rows":N}`. The server ends with a text frame `{"type":"exit","code":N,"signal":null|"SIGHUP",...,"timedOut":false}` (code 128+n after a signal) and closes with 1000; a failure is `{"type":"error","code","message"}` and close 1011; 30 min without input or output closes with 4408; the shell is killed after 12 h. A closed socket hangs the shell up (SIGHUP, then SIGKILL after 2 s). Errors before the upgrade are HTTP answers: 401, 403 (needs `sandbox:write`), 404, 409 `invalid_state` unless running, 503. A plain GET is a 400.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Terminal width in columns (1–1000, default 80) */
+                    cols?: number;
+                    /** @description Terminal height in rows (1–1000, default 24) */
+                    rows?: number;
+                    /** @description Run this with `/bin/bash -c` on the terminal instead of an interactive bash */
+                    command?: string;
+                    /** @description TERM for the shell (default xterm-256color) */
+                    term?: string;
+                };
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Models you can call (OpenAI’s list)
+         * @description OpenAI’s `models.list`: the models you can call now with POST /v1/chat/completions, by catalogue id: the platform models whose provider is configured (`owned_by: "hangar"`, metered) and the bring-your-own-key models whose secret you or your organization have (`owned_by: "byok"`). GET /v1/models/available has display names and the models not available yet.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIModelList"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/models/{*}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One model you can call (OpenAI’s retrieve)
+         * @description OpenAI’s `models.retrieve`. The id may contain `/` (as `byok/…` ids do), plain or percent-encoded. 404 for a model you cannot call now. (`/v1/models/available` is the catalogue listing, not a model.)
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description The model id */
+                    "*": string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIModel"];
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/chat/completions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Chat completion (OpenAI-compatible)
+         * @description OpenAI’s chat-completions API over the model proxy, for OpenAI’s clients pointed at `<hangar>/v1` with a Hangar API key. `model` is an id from GET /v1/models; messages `system`/`developer`, `user`, `assistant` (with `tool_calls`) and `tool` (with `tool_call_id`), text content (a string or text parts); `max_completion_tokens`/`max_tokens`, `temperature`, `top_p`, `stop`, `seed`, `tools` (functions; calls are returned, not executed), `tool_choice`. Without `stream`, one `chat.completion`; with `stream: true`, server-sent `chat.completion.chunk` events then `data: [DONE]` (a last chunk with `usage` when `stream_options.include_usage`). Usage is metered as the model proxy meters it. `n` > 1, JSON response formats, log probabilities and audio are refused with 400; other OpenAI fields are ignored. Errors: the error envelope with OpenAI’s `type` and `param`; a failure mid-stream is a last `data: {"error": …}` event.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description OpenAI’s chat-completions request; other OpenAI fields (user, metadata, store, penalties, …) are ignored */
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description A model id from GET /v1/models */
+                        model: string;
+                        messages: ({
+                            /** @enum {string} */
+                            role: "system" | "developer";
+                            content: string | {
+                                type: string;
+                                text?: unknown;
+                            }[];
+                            name?: string;
+                        } | {
+                            /** @enum {string} */
+                            role: "user";
+                            content: string | {
+                                type: string;
+                                text?: unknown;
+                            }[];
+                            name?: string;
+                        } | {
+                            /** @enum {string} */
+                            role: "assistant";
+                            content?: (string | {
+                                type: string;
+                                text?: unknown;
+                            }[]) | null;
+                            tool_calls?: {
+                                id: string;
+                                /** @enum {string} */
+                                type?: "function";
+                                function: {
+                                    name: string;
+                                    /** @description The input, as JSON text */
+                                    arguments: string;
+                                };
+                            }[] | null;
+                            name?: string;
+                            refusal?: string | null;
+                        } | {
+                            /** @enum {string} */
+                            role: "tool";
+                            content: string | {
+                                type: string;
+                                text?: unknown;
+                            }[];
+                            tool_call_id: string;
+                        })[];
+                        max_tokens?: number | null;
+                        /** @description Wins over `max_tokens` when both are given */
+                        max_completion_tokens?: number | null;
+                        temperature?: number | null;
+                        top_p?: number | null;
+                        stop?: (string | string[]) | null;
+                        seed?: number | null;
+                        tools?: {
+                            /** @enum {string} */
+                            type: "function";
+                            function: {
+                                name: string;
+                                description?: string;
+                                parameters?: {
+                                    [key: string]: unknown;
+                                };
+                                strict?: boolean | null;
+                            };
+                        }[] | null;
+                        tool_choice?: (("auto" | "none" | "required") | {
+                            /** @enum {string} */
+                            type: "function";
+                            function: {
+                                name: string;
+                            };
+                        }) | null;
+                        stream?: boolean | null;
+                        stream_options?: {
+                            include_usage?: boolean | null;
+                        } | null;
+                        n?: number | null;
+                        response_format?: {
+                            type: string;
+                        } | null;
+                        logprobs?: boolean | null;
+                        modalities?: string[] | null;
+                        audio?: unknown;
+                        functions?: unknown;
+                        function_call?: unknown;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIChatCompletion"] | string;
+                        "text/event-stream": components["schemas"]["OpenAIChatCompletion"] | string;
+                    };
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                402: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+                /** @description Default Response */
+                504: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OpenAIError"];
+                        "text/event-stream": components["schemas"]["OpenAIError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/models/available": {
         parameters: {
             query?: never;
@@ -6974,15 +7733,42 @@ export interface paths {
                         model: string;
                         /** @description Provider-neutral generation options */
                         options: {
-                            messages: {
+                            messages: ({
                                 /** @enum {string} */
-                                role: "system" | "user" | "assistant";
+                                role: "system" | "user";
                                 content: string | {
                                     /** @enum {string} */
                                     type: "text";
                                     text: string;
                                 }[];
-                            }[];
+                            } | {
+                                /** @enum {string} */
+                                role: "assistant";
+                                /** @description Default: no text (an assistant turn of tool calls only) */
+                                content?: string | {
+                                    /** @enum {string} */
+                                    type: "text";
+                                    text: string;
+                                }[];
+                                /** @description The tool calls the model made in this turn */
+                                toolCalls?: {
+                                    id: string;
+                                    name: string;
+                                    /** @description The call’s input (any JSON; default {}) */
+                                    input?: unknown;
+                                }[];
+                            } | {
+                                /** @enum {string} */
+                                role: "tool";
+                                /** @description The `id` of the call this answers, from an earlier assistant message */
+                                toolCallId: string;
+                                /** @description The tool’s result, as text */
+                                content: string | {
+                                    /** @enum {string} */
+                                    type: "text";
+                                    text: string;
+                                }[];
+                            })[];
                             system?: string;
                             maxTokens?: number;
                             temperature?: number;
@@ -7164,15 +7950,42 @@ export interface paths {
                         model: string;
                         /** @description Provider-neutral generation options */
                         options: {
-                            messages: {
+                            messages: ({
                                 /** @enum {string} */
-                                role: "system" | "user" | "assistant";
+                                role: "system" | "user";
                                 content: string | {
                                     /** @enum {string} */
                                     type: "text";
                                     text: string;
                                 }[];
-                            }[];
+                            } | {
+                                /** @enum {string} */
+                                role: "assistant";
+                                /** @description Default: no text (an assistant turn of tool calls only) */
+                                content?: string | {
+                                    /** @enum {string} */
+                                    type: "text";
+                                    text: string;
+                                }[];
+                                /** @description The tool calls the model made in this turn */
+                                toolCalls?: {
+                                    id: string;
+                                    name: string;
+                                    /** @description The call’s input (any JSON; default {}) */
+                                    input?: unknown;
+                                }[];
+                            } | {
+                                /** @enum {string} */
+                                role: "tool";
+                                /** @description The `id` of the call this answers, from an earlier assistant message */
+                                toolCallId: string;
+                                /** @description The tool’s result, as text */
+                                content: string | {
+                                    /** @enum {string} */
+                                    type: "text";
+                                    text: string;
+                                }[];
+                            })[];
                             system?: string;
                             maxTokens?: number;
                             temperature?: number;
@@ -13499,8 +14312,9 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
-                    propertyNames?: string;
-                    additionalProperties?: string;
+                    "hub.mode"?: string;
+                    "hub.verify_token"?: string;
+                    "hub.challenge"?: string;
                 };
                 header?: never;
                 path: {
@@ -21286,6 +22100,147 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Model Context Protocol endpoint (streamable HTTP)
+         * @description A JSON-RPC 2.0 message (or a batch) of the Model Context Protocol, answered as JSON (stateless: no `Mcp-Session-Id`; GET and DELETE are 405). Tools: execute_code, sandbox_create, sandbox_list, sandbox_run_command, sandbox_read_file, sandbox_write_file, sandbox_list_files, sandbox_destroy, run_agent, list_threads, read_thread. Each acts as the calling credential and needs the scope of its REST route; a tool the credential may not use answers a result with `isError: true` and the API’s error code and message. Clients must accept `application/json` and `text/event-stream` (406 otherwise); a message that is not JSON-RPC is a 400.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": ({
+                        /** @enum {string} */
+                        jsonrpc: "2.0";
+                    } & {
+                        [key: string]: unknown;
+                    }) | ({
+                        /** @enum {string} */
+                        jsonrpc: "2.0";
+                    } & {
+                        [key: string]: unknown;
+                    })[];
+                };
+            };
+            responses: {
+                /** @description The JSON-RPC response(s) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": unknown;
+                    };
+                };
+                /** @description Accepted: the body held only notifications or responses */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Default Response */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                406: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Default Response */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/oauth/providers": {
         parameters: {
             query?: never;
@@ -27651,41 +28606,6 @@ export interface components {
                 minimumTokens?: number;
             };
         };
-        AvailableModelsInput: {
-            platform: {
-                model: string;
-                displayName: string;
-                available: boolean;
-            }[];
-            byok: {
-                model: string;
-                displayName: string;
-                requiresSecret: string;
-                available: boolean;
-            }[];
-        };
-        ModelUsageInput: {
-            inputTokens: number;
-            outputTokens: number;
-            totalTokens: number;
-            cachedInputTokens: number;
-            reasoningTokens: number;
-        };
-        ModelToolCallInput: {
-            id: string;
-            name: string;
-            input: unknown;
-        };
-        ModelProxyResultInput: {
-            model: string;
-            text: string;
-            /** @description The model’s reasoning text, when the provider returns it */
-            reasoning: string;
-            toolCalls: components["schemas"]["ModelToolCallInput"][];
-            /** @enum {string} */
-            finishReason: "stop" | "length" | "content-filter" | "tool-calls" | "error" | "other" | "unknown";
-            usage: components["schemas"]["ModelUsageInput"];
-        };
         CreditBalanceInput: {
             /** @description Whole cents, rounded down */
             balanceCents: number;
@@ -28295,6 +29215,129 @@ export interface components {
             createdAt: string;
             updatedAt: string;
         };
+        OpenAIChatCompletionInput: {
+            /** @description `chatcmpl-…` */
+            id: string;
+            /** @constant */
+            object: "chat.completion";
+            /** @description Unix seconds */
+            created: number;
+            model: string;
+            choices: {
+                index: number;
+                message: {
+                    /** @constant */
+                    role: "assistant";
+                    content: string | null;
+                    refusal: null;
+                    /** @description The model’s reasoning, when the provider returns it */
+                    reasoning_content?: string;
+                    tool_calls?: {
+                        id: string;
+                        /** @constant */
+                        type: "function";
+                        function: {
+                            name: string;
+                            arguments: string;
+                        };
+                    }[];
+                };
+                logprobs: null;
+                /** @enum {string} */
+                finish_reason: "stop" | "length" | "tool_calls" | "content_filter";
+            }[];
+            usage: {
+                prompt_tokens: number;
+                completion_tokens: number;
+                total_tokens: number;
+                prompt_tokens_details: {
+                    cached_tokens: number;
+                };
+                completion_tokens_details: {
+                    reasoning_tokens: number;
+                };
+            };
+        };
+        OpenAIModelInput: {
+            /** @description The catalogue id, as `model` takes it */
+            id: string;
+            /** @constant */
+            object: "model";
+            /** @description Always 0: the catalogue does not say when a model was made */
+            created: number;
+            /**
+             * @description `hangar`: a platform model (metered); `byok`: on your own key
+             * @enum {string}
+             */
+            owned_by: "hangar" | "byok";
+        };
+        OpenAIModelListInput: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["OpenAIModelInput"][];
+        };
+        OpenAIErrorInput: {
+            error: {
+                code: string;
+                message: string;
+                requestId?: string;
+                issues?: {
+                    path: string;
+                    message: string;
+                }[];
+                /** @description The current state of the resource, on a 409 `invalid_state` */
+                state?: string;
+                /** @description The run active on the thread, on a 409 `THREAD_BUSY` */
+                activeRunId?: string;
+                /** @description The credit balance, on a 402 `insufficient_credits` */
+                balanceCents?: number;
+                /** @description The balance less pending charges, on a 402 `insufficient_credits` */
+                availableCents?: number;
+                /** @description What holds the session (run, compaction, fork, write, delete), on a 409 `session_busy` */
+                heldBy?: string;
+                /** @description The smallest target a compaction can reach, on a 400 for `targetTokens` */
+                minimumTokens?: number;
+                /** @description OpenAI’s error type: invalid_request_error, authentication_error, permission_error, … */
+                type: string;
+                /** @description The request field at fault, when one is */
+                param: string | null;
+            };
+        };
+        AvailableModelsInput: {
+            platform: {
+                model: string;
+                displayName: string;
+                available: boolean;
+            }[];
+            byok: {
+                model: string;
+                displayName: string;
+                requiresSecret: string;
+                available: boolean;
+            }[];
+        };
+        ModelUsageInput: {
+            inputTokens: number;
+            outputTokens: number;
+            totalTokens: number;
+            cachedInputTokens: number;
+            reasoningTokens: number;
+        };
+        ModelToolCallInput: {
+            id: string;
+            name: string;
+            input: unknown;
+        };
+        ModelProxyResultInput: {
+            model: string;
+            text: string;
+            /** @description The model’s reasoning text, when the provider returns it */
+            reasoning: string;
+            toolCalls: components["schemas"]["ModelToolCallInput"][];
+            /** @enum {string} */
+            finishReason: "stop" | "length" | "content-filter" | "tool-calls" | "error" | "other" | "unknown";
+            usage: components["schemas"]["ModelUsageInput"];
+        };
         OAuthProviderInput: {
             slug: string;
             name: string;
@@ -28769,6 +29812,71 @@ export interface components {
             reason: string | null;
             /** @description The cgroup hierarchy runs are limited through (`v2`: the unified hierarchy, in a subtree Hangar delegates to itself); null when unavailable */
             cgroup: ("v1" | "v2") | null;
+        };
+        PistonExecuteRequestInput: {
+            /** @description A language or one of its aliases, as GET /api/v2/runtimes lists them */
+            language: string;
+            /** @description An exact installed version or a semver range (`3.11`, `>=17`, `*`) */
+            version: string;
+            /** @description The program; the first (utf8) file is the entry point */
+            files: {
+                /** @description File name; default Hangar’s entry name for the first file */
+                name?: string;
+                /** @description File contents, encoded as `encoding` says */
+                content: string;
+                /** @description `utf8` (default), `base64` or `hex`; anything else is taken as `utf8`, as Piston does */
+                encoding?: string;
+            }[];
+            /** @description Standard input; a final newline is added if missing */
+            stdin?: string | null;
+            args?: string[] | null;
+            /** @description Wall-clock limit of the compile step, ms (default 10000; -1: the server maximum) */
+            compile_timeout?: number | null | false | "";
+            /** @description Wall-clock limit of the run step, ms (default 3000; -1: the server maximum) */
+            run_timeout?: number | null | false | "";
+            /** @description CPU-time limit of the compile step, ms (default twice its wall-clock limit) */
+            compile_cpu_time?: number | null | false | "";
+            /** @description CPU-time limit of the run step, ms (default twice its wall-clock limit) */
+            run_cpu_time?: number | null | false | "";
+            /** @description Memory limit of the compile step, bytes (-1: the server maximum) */
+            compile_memory_limit?: number | null | false | "";
+            /** @description Memory limit of the run step, bytes (-1: the server maximum) */
+            run_memory_limit?: number | null | false | "";
+        };
+        PistonStageInput: {
+            stdout: string;
+            stderr: string;
+            /** @description stdout and stderr interleaved in the order the program wrote them */
+            output: string;
+            code: number | null;
+            signal: string | null;
+            message: string | null;
+            /** @description null: exit code 0; `RE` other exit code; `SG` killed by a signal (or at the memory limit); `TO` wall-clock or CPU limit; `OL`/`EL` stdout/stderr longer than the output limit (cut) */
+            status: ("RE" | "SG" | "TO" | "OL" | "EL") | null;
+            /** @description ms */
+            cpu_time: number;
+            /** @description ms */
+            wall_time: number;
+            /** @description Peak memory, bytes */
+            memory: number | null;
+        };
+        PistonExecuteResultInput: {
+            language: string;
+            version: string;
+            /** @description Compiled languages only */
+            compile?: components["schemas"]["PistonStageInput"];
+            /** @description When the compile step failed, the compile step again (as Piston answers) */
+            run: components["schemas"]["PistonStageInput"];
+        };
+        PistonRuntimeInput: {
+            language: string;
+            version: string;
+            aliases: string[];
+            /** @description What runs the language, where Piston names one (node, gcc, mono) */
+            runtime?: string;
+        };
+        PistonErrorInput: {
+            message: string;
         };
         SandboxInput: {
             /** @description `sbx_` prefix */
@@ -29546,41 +30654,6 @@ export interface components {
                 minimumTokens?: number;
             };
         };
-        AvailableModels: {
-            platform: {
-                model: string;
-                displayName: string;
-                available: boolean;
-            }[];
-            byok: {
-                model: string;
-                displayName: string;
-                requiresSecret: string;
-                available: boolean;
-            }[];
-        };
-        ModelUsage: {
-            inputTokens: number;
-            outputTokens: number;
-            totalTokens: number;
-            cachedInputTokens: number;
-            reasoningTokens: number;
-        };
-        ModelToolCall: {
-            id: string;
-            name: string;
-            input: unknown;
-        };
-        ModelProxyResult: {
-            model: string;
-            text: string;
-            /** @description The model’s reasoning text, when the provider returns it */
-            reasoning: string;
-            toolCalls: components["schemas"]["ModelToolCall"][];
-            /** @enum {string} */
-            finishReason: "stop" | "length" | "content-filter" | "tool-calls" | "error" | "other" | "unknown";
-            usage: components["schemas"]["ModelUsage"];
-        };
         CreditBalance: {
             /** @description Whole cents, rounded down */
             balanceCents: number;
@@ -30190,6 +31263,129 @@ export interface components {
             createdAt: string;
             updatedAt: string;
         };
+        OpenAIChatCompletion: {
+            /** @description `chatcmpl-…` */
+            id: string;
+            /** @constant */
+            object: "chat.completion";
+            /** @description Unix seconds */
+            created: number;
+            model: string;
+            choices: {
+                index: number;
+                message: {
+                    /** @constant */
+                    role: "assistant";
+                    content: string | null;
+                    refusal: null;
+                    /** @description The model’s reasoning, when the provider returns it */
+                    reasoning_content?: string;
+                    tool_calls?: {
+                        id: string;
+                        /** @constant */
+                        type: "function";
+                        function: {
+                            name: string;
+                            arguments: string;
+                        };
+                    }[];
+                };
+                logprobs: null;
+                /** @enum {string} */
+                finish_reason: "stop" | "length" | "tool_calls" | "content_filter";
+            }[];
+            usage: {
+                prompt_tokens: number;
+                completion_tokens: number;
+                total_tokens: number;
+                prompt_tokens_details: {
+                    cached_tokens: number;
+                };
+                completion_tokens_details: {
+                    reasoning_tokens: number;
+                };
+            };
+        };
+        OpenAIModel: {
+            /** @description The catalogue id, as `model` takes it */
+            id: string;
+            /** @constant */
+            object: "model";
+            /** @description Always 0: the catalogue does not say when a model was made */
+            created: number;
+            /**
+             * @description `hangar`: a platform model (metered); `byok`: on your own key
+             * @enum {string}
+             */
+            owned_by: "hangar" | "byok";
+        };
+        OpenAIModelList: {
+            /** @constant */
+            object: "list";
+            data: components["schemas"]["OpenAIModel"][];
+        };
+        OpenAIError: {
+            error: {
+                code: string;
+                message: string;
+                requestId?: string;
+                issues?: {
+                    path: string;
+                    message: string;
+                }[];
+                /** @description The current state of the resource, on a 409 `invalid_state` */
+                state?: string;
+                /** @description The run active on the thread, on a 409 `THREAD_BUSY` */
+                activeRunId?: string;
+                /** @description The credit balance, on a 402 `insufficient_credits` */
+                balanceCents?: number;
+                /** @description The balance less pending charges, on a 402 `insufficient_credits` */
+                availableCents?: number;
+                /** @description What holds the session (run, compaction, fork, write, delete), on a 409 `session_busy` */
+                heldBy?: string;
+                /** @description The smallest target a compaction can reach, on a 400 for `targetTokens` */
+                minimumTokens?: number;
+                /** @description OpenAI’s error type: invalid_request_error, authentication_error, permission_error, … */
+                type: string;
+                /** @description The request field at fault, when one is */
+                param: string | null;
+            };
+        };
+        AvailableModels: {
+            platform: {
+                model: string;
+                displayName: string;
+                available: boolean;
+            }[];
+            byok: {
+                model: string;
+                displayName: string;
+                requiresSecret: string;
+                available: boolean;
+            }[];
+        };
+        ModelUsage: {
+            inputTokens: number;
+            outputTokens: number;
+            totalTokens: number;
+            cachedInputTokens: number;
+            reasoningTokens: number;
+        };
+        ModelToolCall: {
+            id: string;
+            name: string;
+            input: unknown;
+        };
+        ModelProxyResult: {
+            model: string;
+            text: string;
+            /** @description The model’s reasoning text, when the provider returns it */
+            reasoning: string;
+            toolCalls: components["schemas"]["ModelToolCall"][];
+            /** @enum {string} */
+            finishReason: "stop" | "length" | "content-filter" | "tool-calls" | "error" | "other" | "unknown";
+            usage: components["schemas"]["ModelUsage"];
+        };
         OAuthProvider: {
             slug: string;
             name: string;
@@ -30664,6 +31860,71 @@ export interface components {
             reason: string | null;
             /** @description The cgroup hierarchy runs are limited through (`v2`: the unified hierarchy, in a subtree Hangar delegates to itself); null when unavailable */
             cgroup: ("v1" | "v2") | null;
+        };
+        PistonExecuteRequest: {
+            /** @description A language or one of its aliases, as GET /api/v2/runtimes lists them */
+            language: string;
+            /** @description An exact installed version or a semver range (`3.11`, `>=17`, `*`) */
+            version: string;
+            /** @description The program; the first (utf8) file is the entry point */
+            files: {
+                /** @description File name; default Hangar’s entry name for the first file */
+                name?: string;
+                /** @description File contents, encoded as `encoding` says */
+                content: string;
+                /** @description `utf8` (default), `base64` or `hex`; anything else is taken as `utf8`, as Piston does */
+                encoding?: string;
+            }[];
+            /** @description Standard input; a final newline is added if missing */
+            stdin?: string | null;
+            args?: string[] | null;
+            /** @description Wall-clock limit of the compile step, ms (default 10000; -1: the server maximum) */
+            compile_timeout?: number | null | false | "";
+            /** @description Wall-clock limit of the run step, ms (default 3000; -1: the server maximum) */
+            run_timeout?: number | null | false | "";
+            /** @description CPU-time limit of the compile step, ms (default twice its wall-clock limit) */
+            compile_cpu_time?: number | null | false | "";
+            /** @description CPU-time limit of the run step, ms (default twice its wall-clock limit) */
+            run_cpu_time?: number | null | false | "";
+            /** @description Memory limit of the compile step, bytes (-1: the server maximum) */
+            compile_memory_limit?: number | null | false | "";
+            /** @description Memory limit of the run step, bytes (-1: the server maximum) */
+            run_memory_limit?: number | null | false | "";
+        };
+        PistonStage: {
+            stdout: string;
+            stderr: string;
+            /** @description stdout and stderr interleaved in the order the program wrote them */
+            output: string;
+            code: number | null;
+            signal: string | null;
+            message: string | null;
+            /** @description null: exit code 0; `RE` other exit code; `SG` killed by a signal (or at the memory limit); `TO` wall-clock or CPU limit; `OL`/`EL` stdout/stderr longer than the output limit (cut) */
+            status: ("RE" | "SG" | "TO" | "OL" | "EL") | null;
+            /** @description ms */
+            cpu_time: number;
+            /** @description ms */
+            wall_time: number;
+            /** @description Peak memory, bytes */
+            memory: number | null;
+        };
+        PistonExecuteResult: {
+            language: string;
+            version: string;
+            /** @description Compiled languages only */
+            compile?: components["schemas"]["PistonStage"];
+            /** @description When the compile step failed, the compile step again (as Piston answers) */
+            run: components["schemas"]["PistonStage"];
+        };
+        PistonRuntime: {
+            language: string;
+            version: string;
+            aliases: string[];
+            /** @description What runs the language, where Piston names one (node, gcc, mono) */
+            runtime?: string;
+        };
+        PistonError: {
+            message: string;
         };
         Sandbox: {
             /** @description `sbx_` prefix */
