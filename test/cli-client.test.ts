@@ -157,7 +157,7 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     expect((await hangar(['sandbox', 'resume', sbx.id])).stdout).toContain(`${sbx.id} running`);
     expect((await hangar(['sandbox', 'rm', sbx.id])).code).toBe(0);
     expect((await hangar(['sandbox', 'ls'])).stdout).not.toContain(sbx.id);
-  });
+  }, 90_000); // a dozen CLI processes, each a Node start: slow on a loaded 2-core machine
 
   it('run streams the agent’s answer to stdout as it comes, the end to stderr, and exits 0 when it completed', async () => {
     const created = await h.app.inject({
@@ -224,6 +224,86 @@ describe('hangar login, whoami, exec, activity against a running server', () => 
     expect(refused.code).toBe(2);
     expect(refused.stderr).toMatch(/hangar: the server closed the thread's stream: 4404/);
   });
+
+  it('template create streams the build log to stderr and exits 0 when ready (1 with the reason when it failed); ls, logs, rm; --json parses', async () => {
+    const dockerfile = path.join(dir, 'Dockerfile');
+    writeFileSync(dockerfile, 'FROM base-ubuntu\nRUN echo cli-build-output-$((6 * 7))\n');
+    const built = await hangar(['template', 'create', '--name', 'cli-tpl', '--dockerfile', dockerfile]);
+    expect(built.code, built.stderr).toBe(0);
+    // The RUN step's output (computed in the build, so not an echo of the Dockerfile) came through the stream.
+    expect(built.stderr.split('\n')).toContain('cli-build-output-42');
+    expect(built.stderr).toMatch(/Template cli-tpl is ready/);
+    expect(built.stdout).toMatch(/^cli-tpl ready \(tpl_\S+, on base-ubuntu\)\n$/);
+
+    // A failing step: exit 1, the reason on stderr; --json prints the template as it ended.
+    const failing = path.join(dir, 'failing.yaml');
+    writeFileSync(failing, 'name: Failing one\ndockerfile: |\n  FROM base-ubuntu\n  RUN echo before-failing && false\n');
+    const failed = await hangar(['template', 'create', '--name', 'cli-broken', '--config', failing, '--json']);
+    expect(failed.code, failed.stderr).toBe(1);
+    expect(failed.stderr.split('\n')).toContain('before-failing');
+    expect(failed.stderr).toMatch(/^hangar: the build of cli-broken failed: step 1 \(RUN .*\) failed/m);
+    const failedTpl = JSON.parse(failed.stdout) as { slug: string; name: string; status: string; error: string };
+    expect(failedTpl).toMatchObject({ slug: 'cli-broken', name: 'Failing one', status: 'failed' });
+    expect(failed.stderr).toContain(failedTpl.error);
+
+    const ls = await hangar(['template', 'ls']);
+    expect(ls.code, ls.stderr).toBe(0);
+    expect(ls.stdout).toMatch(/^cli-tpl\s+ready\s+dockerfile\s+\S+\s+cli-tpl$/m);
+    expect(ls.stdout).toMatch(/^cli-broken\s+failed\s+dockerfile\s+\S+\s+Failing one$/m);
+    expect(ls.stdout).toMatch(/^base-ubuntu\s+ready\s+system\b/m);
+    const lsJson = JSON.parse((await hangar(['template', 'ls', '--json'])).stdout) as { slug: string; status: string }[];
+    expect(lsJson.find((t) => t.slug === 'cli-tpl')?.status).toBe('ready');
+    // Another organization sees neither (the system templates only).
+    const others = JSON.parse((await hangar(['template', 'ls', '--json'], { env: { HANGAR_API_KEY: b.key, HANGAR_BASE_URL: url } })).stdout) as {
+      slug: string;
+    }[];
+    expect(others.length).toBeGreaterThan(0);
+    expect(others.map((t) => t.slug)).not.toContain('cli-tpl');
+
+    // logs: the whole log as text; --follow replays it (an ended build) and exits as the build did.
+    const logs = await hangar(['template', 'logs', 'cli-tpl']);
+    expect(logs.code, logs.stderr).toBe(0);
+    expect(logs.stdout.split('\n')).toContain('cli-build-output-42');
+    const followed = await hangar(['template', 'logs', 'cli-tpl', '--follow']);
+    expect(followed.code, followed.stderr).toBe(0);
+    expect(followed.stdout).toBe(logs.stdout);
+    const followedFailed = await hangar(['template', 'logs', 'cli-broken', '--follow']);
+    expect(followedFailed.code).toBe(1);
+    expect(followedFailed.stderr).toContain(failedTpl.error);
+
+    // --no-follow: the created template at once, pending or building.
+    const quick = await hangar(['template', 'create', '--name', 'cli-quick', '--dockerfile', dockerfile, '--no-follow', '--json']);
+    expect(quick.code, quick.stderr).toBe(0);
+    expect(JSON.parse(quick.stdout)).toMatchObject({ slug: 'cli-quick', name: 'cli-quick' });
+    expect(quick.stderr).toBe('');
+    expect((await hangar(['template', 'logs', 'cli-quick', '--follow'])).code).toBe(0);
+
+    // API errors and usage errors: exit 2, one line.
+    const dup = await hangar(['template', 'create', '--name', 'cli-tpl', '--dockerfile', dockerfile]);
+    expect(dup.code).toBe(2);
+    expect(dup.stderr).toMatch(/^hangar: 409 \S+: .*\(request req_/);
+    const badFile = path.join(dir, 'Bad.dockerfile');
+    writeFileSync(badFile, 'FROM base-ubuntu\nCOPY . /app\n');
+    const refused = await hangar(['template', 'create', '--name', 'cli-bad', '--dockerfile', badFile]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/^hangar: 400 \S+: .*COPY/);
+    const noSource = await hangar(['template', 'create', '--name', 'cli-none']);
+    expect(noSource.code).toBe(2);
+    expect(noSource.stderr).toContain('nothing to build');
+    const missing = await hangar(['template', 'logs', 'no-such-template']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/hangar: 404 not_found/);
+
+    // rm: gone from ls; a system template cannot be removed.
+    const rm = await hangar(['template', 'rm', 'cli-tpl', '--json']);
+    expect(rm.code, rm.stderr).toBe(0);
+    expect(JSON.parse(rm.stdout)).toEqual({ slug: 'cli-tpl', deleted: true });
+    expect((await hangar(['template', 'rm', 'cli-broken'])).stdout).toBe('cli-broken deleted\n');
+    expect((await hangar(['template', 'ls'])).stdout).not.toMatch(/^cli-(tpl|broken)\s/m);
+    const system = await hangar(['template', 'rm', 'base-ubuntu']);
+    expect(system.code).toBe(2);
+    expect(system.stderr).toMatch(/hangar: 403 /);
+  }, 240_000);
 
   it('bin/hangar.js sends every client command to the light entry, and `hangar help` lists them', async () => {
     const bin = readFileSync(BIN, 'utf8');

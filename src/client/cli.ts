@@ -7,6 +7,7 @@
  *   hangar whoami [--json]                        who the saved credential is
  *   hangar exec FILE [--language L] [--json]      runs a file once in a sandbox; exits with the program's exit code
  *   hangar activity [--limit N] [filters] [--json]  the organization's activity log, newest first
+ *   hangar template create|ls|logs|rm ...         custom templates, a build's log as it comes (src/client/templates.ts)
  *
  * The credential lives in credentials.json (0600) in $HANGAR_CONFIG_DIR, else $XDG_CONFIG_HOME/hangar, else
  * ~/.config/hangar; HANGAR_API_KEY and HANGAR_BASE_URL, when set, are used instead of it.
@@ -32,10 +33,13 @@ export const CLIENT_USAGE = `Client commands (a Hangar server's public API, with
   sandbox shell ID [--command CMD]            an interactive terminal in a sandbox; exit code = the shell's
   sandbox cp SRC DEST                          copy a file in or out: LOCAL ID:PATH uploads, ID:PATH LOCAL (or -) downloads
   run AGENT PROMPT [--thread ID] [--json]      run an agent: its answer as it streams, tool calls on stderr; exit 0 when it completed
+  template create --name SLUG (--dockerfile FILE | --config FILE.json|yaml) [--no-follow] [--json]
+                                              build a template: its log on stderr as it comes; exit 0 when it is ready, 1 when it failed
+  template ls [--json] | template logs SLUG [--follow] | template rm SLUG [--json]
   threads tail ID [--no-follow] [--json]      a thread's recent history, then its frames live (reconnects and resumes by sequence)
   mcp [--base-url URL]                        serve Hangar's MCP tools on stdin/stdout for an MCP host (bridged to the server's /v1/mcp)`;
 
-export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox', 'run', 'mcp']);
+export const CLIENT_COMMANDS = new Set(['login', 'logout', 'whoami', 'exec', 'activity', 'sandbox', 'template', 'run', 'mcp']);
 
 /** Whether argv (after `hangar`) is a client command: one of CLIENT_COMMANDS, or `threads tail` (`threads rebuild` is the server's). */
 export const isClientCommand = (argv: readonly string[]): boolean =>
@@ -117,7 +121,7 @@ function apiFailure(err: unknown): never {
   throw err;
 }
 
-async function withApi<T>(c: Credentials, fn: (api: DeviceApi) => Promise<T>): Promise<T> {
+export async function withApi<T>(c: Credentials, fn: (api: DeviceApi) => Promise<T>): Promise<T> {
   // One attempt: these calls are not all idempotent (an execution must not run twice).
   const api = new DeviceApi({ url: c.baseUrl, token: c.credential, attempts: 1 });
   try {
@@ -173,6 +177,11 @@ interface Stage {
 }
 
 export async function clientCli(command: string, argv: string[], io: ClientIo): Promise<number> {
+  if (command === 'template') {
+    // Its own options (src/client/templates.ts).
+    const { templateCommand } = await import('./templates.js');
+    return templateCommand(argv, io);
+  }
   const { values, positionals } = parseArgs({
     args: argv,
     options: {
@@ -580,7 +589,7 @@ async function threadsTail(positionals: string[], opts: { json?: boolean; follow
 }
 
 /** The events of a `text/event-stream` body: `event` and `data` (lines joined), one per blank-line-ended block. */
-async function* serverSentEvents(body: AsyncIterable<Uint8Array> | null): AsyncGenerator<{ event: string; data: string }> {
+export async function* serverSentEvents(body: AsyncIterable<Uint8Array> | null): AsyncGenerator<{ event: string; data: string }> {
   if (!body) return;
   const decoder = new TextDecoder();
   let buffered = '';
