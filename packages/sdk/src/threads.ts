@@ -15,6 +15,8 @@ export interface SubscribeOptions {
   signal?: AbortSignal;
   /** Start after this durable sequence: the frames after it are replayed first (default: from now, with the snapshot's recent events). */
   lastSequence?: number;
+  /** The organization to act in, for a session token of a member of several (the socket's `org_id`; an API key has its own). */
+  orgId?: string;
 }
 
 /** A live subscription to a thread's frames. */
@@ -158,6 +160,7 @@ export class Threads {
         // A browser cannot set headers on a WebSocket: the credential goes in the query, as the API asks.
         url.searchParams.set(apiKey.startsWith('hgr_') ? 'api_key' : 'token', apiKey);
         if (last !== null) url.searchParams.set('last_sequence', String(last));
+        if (opts.orgId && !apiKey.startsWith('hgr_')) url.searchParams.set('org_id', opts.orgId);
         const ended = await connectOnce(Ctor, url.toString());
         if (controller.signal.aborted || ended.code === GONE) return;
         const Refusal = REFUSALS[ended.code];

@@ -21,10 +21,16 @@ export async function usageRoutes(app: App) {
         querystring: z.object({
           period: UsagePeriodName.default('current').describe('`current` (default), `7d`, `30d` or `all_time`'),
           all: z.enum(['true', 'false']).default('false').describe('`true`: every member’s rows and the organization totals (organization admins)'),
+          daily: z
+            .enum(['true', 'false'])
+            .default('false')
+            .describe(
+              '`true` (beyond the spec): also `days`, the usage by UTC day (the caller’s, or with `all=true` the organization’s), for charts',
+            ),
         }),
         response: { 200: envelope(z.union([MyUsage, OrgUsage])), ...errorResponses },
       },
     },
-    async (req) => ok(req, await getMyUsage(req.ctx, { period: req.query.period, all: req.query.all === 'true' })),
+    async (req) => ok(req, await getMyUsage(req.ctx, { period: req.query.period, all: req.query.all === 'true', daily: req.query.daily === 'true' })),
   );
 }

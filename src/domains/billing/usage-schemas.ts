@@ -88,10 +88,33 @@ const Period = z
   })
   .describe('Events count by the time they were recorded');
 
-export const MyUsage = z.object({ period: Period, userId: z.string() }).extend(UsageRows.shape).meta({ id: 'MyUsage' });
+export const UsageDay = z
+  .object({
+    day: z.string().describe('The UTC day, YYYY-MM-DD'),
+    inputTokens: z.number().int().describe('Platform model input tokens'),
+    outputTokens: z.number().int().describe('Platform model output tokens'),
+    totalTokens: z.number().int(),
+    sandboxSeconds: z
+      .number()
+      .describe('Sandbox runtime recorded that day (intervals charged, awaiting the charge or forgiven; a running sandbox’s so far)'),
+    toolExecutions: z.number().int(),
+    codeExecutions: z.number().int(),
+    costMicros: z.number().int().describe('What that day’s usage costs (forgiven events and your own keys’ calls count 0)'),
+  })
+  .meta({ id: 'UsageDay' });
+
+const Days = z
+  .array(UsageDay)
+  .optional()
+  .describe(
+    'With `daily=true` (beyond the spec): the same usage by UTC day, oldest first, one entry for every day of the period up to today (days with no usage are zeros); a 7d or 30d period starts with the whole of its first day',
+  );
+
+export const MyUsage = z.object({ period: Period, userId: z.string() }).extend(UsageRows.shape).extend({ days: Days }).meta({ id: 'MyUsage' });
 export const OrgUsage = z
   .object({
     period: Period,
+    days: Days,
     members: z
       .array(z.object({ userId: z.string(), email: z.string().nullable() }).extend(UsageRows.shape))
       .describe('Every user with usage in the period (former members included), sorted by user id'),

@@ -384,8 +384,33 @@ describe('GET /v1/billing/my-usage', () => {
     });
   });
 
+  it('daily=true: the same usage by UTC day, every day of the window up to today, adding up to the rows', async () => {
+    expect(json(await get(member, '?period=30d')).data.days).toBeUndefined();
+    const body = json(await get(member, '?period=30d&daily=true')).data;
+    const days = body.days as { day: string; totalTokens: number; toolExecutions: number; costMicros: number; sandboxSeconds: number }[];
+    expect(days).toHaveLength(31);
+    expect(days.at(-1)!.day).toBe(new Date().toISOString().slice(0, 10));
+    expect(days[0]!.day).toBe(body.period.start.slice(0, 10));
+    const sum = (k: 'totalTokens' | 'toolExecutions' | 'costMicros') => days.reduce((n, d) => n + d[k], 0);
+    expect(sum('toolExecutions')).toBe(body.toolExecutions.count);
+    expect(sum('totalTokens')).toBe(body.tokens.totalTokens);
+    expect(sum('costMicros')).toBe(body.totalCostMicros);
+    // The tool call made ten days ago is on its own day.
+    const tenAgo = new Date(Date.now() - 10 * 86_400_000).toISOString().slice(0, 10);
+    expect(days.find((d) => d.day === tenAgo)?.toolExecutions).toBe(1);
+
+    // The organization's, for an admin: tokens add up to the organization's, and the running sandbox counts today.
+    const org = json(await get(admin, '?all=true&daily=true')).data;
+    expect(org.days.reduce((n: number, d: { totalTokens: number }) => n + d.totalTokens, 0)).toBe(org.organization.tokens.totalTokens);
+    expect(org.days.at(-1).sandboxSeconds).toBeGreaterThanOrEqual(120);
+    // Another organization's usage is in none of it (its owner's own days hold it: the control).
+    const others = json(await get(other, '?daily=true')).data.days;
+    expect(others.reduce((n: number, d: { totalTokens: number }) => n + d.totalTokens, 0)).toBe(10_000);
+    expect(org.organization.tokens.totalTokens).toBeLessThan(10_000);
+  });
+
   it('validates the query', async () => {
-    for (const q of ['?period=month', '?period=', '?all=yes', '?all=1']) {
+    for (const q of ['?period=month', '?period=', '?all=yes', '?all=1', '?daily=1']) {
       const res = await get(admin, q);
       expect(res.statusCode, q).toBe(400);
       expect(json(res).error.code).toBe('invalid_request');

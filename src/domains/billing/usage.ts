@@ -4,11 +4,12 @@
  * kind, model/tool/language, tier and state), folded into the rows here: the rows themselves are never loaded.
  */
 import { sql } from 'kysely';
+import type { z } from 'zod';
 import { exec, orgId, requireScope, type Ctx } from '../../platform/context.js';
 import { userProfiles } from '../identity/index.js';
 import { MICROS_PER_CENT } from './ledger.js';
 import { GIB, periodOf } from './plans.js';
-import type { UsagePeriodName, UsageReport, UsageRows } from './usage-schemas.js';
+import type { UsageDay, UsagePeriodName, UsageReport, UsageRows } from './usage-schemas.js';
 
 const DAY_MS = 86_400_000;
 
@@ -299,10 +300,77 @@ async function activeByUser(ctx: Ctx, s: Scope, now: string): Promise<Map<string
 }
 
 /**
+ * Usage by UTC day over the window (`daily=true`): final events from the daily sums (`usage_rollups`, whole days),
+ * events not final yet (pending, due: few) from the events themselves, and running sandboxes' time to now on the day
+ * they started. Every day from the window's first (or the first with usage, for all_time) to today, zeros included.
+ */
+async function dailyUsage(ctx: Ctx, s: Scope, now: Date, active: number): Promise<z.infer<typeof UsageDay>[]> {
+  const firstDay = s.start?.slice(0, 10) ?? null;
+  const cols = [
+    'kind',
+    sql<number>`sum(case when kind = 'model_tokens' and tier = 'platform' then input_tokens else 0 end)`.as('input_tokens'),
+    sql<number>`sum(case when kind = 'model_tokens' and tier = 'platform' then output_tokens else 0 end)`.as('output_tokens'),
+    sql<number>`sum(quantity)`.as('quantity'),
+    sql<number>`sum(case when state = 'forgiven' or (kind = 'model_tokens' and tier = 'byok') then 0 else cost_micros end)`.as('cost_micros'),
+  ] as const;
+  let rolled = exec(ctx)
+    .selectFrom('usage_rollups')
+    .select(['day', sql<number>`sum(events)`.as('events'), ...cols])
+    .where('org_id', '=', s.org);
+  if (s.userId !== null) rolled = rolled.where('user_id', '=', s.userId);
+  if (firstDay !== null) rolled = rolled.where('day', '>=', firstDay);
+  const day = sql<string>`substr(created_at, 1, 10)`;
+  // A running sandbox's pending event holds the seconds recorded so far: its time to now is `active`, added below.
+  const openCols = [
+    ...cols.slice(0, 3),
+    sql<number>`sum(case when kind = 'sandbox_runtime' and state = 'pending' then 0 else quantity end)`.as('quantity'),
+    cols[4],
+  ] as const;
+  let open = exec(ctx)
+    .selectFrom('usage_events')
+    .select([day.as('day'), sql<number>`count(*)`.as('events'), ...openCols])
+    .where('org_id', '=', s.org)
+    .where('state', 'in', ['pending', 'due']);
+  if (s.userId !== null) open = open.where('user_id', '=', s.userId);
+  if (firstDay !== null) open = open.where('created_at', '>=', `${firstDay}T00:00:00.000Z`);
+  const [a, b] = await Promise.all([rolled.groupBy(['day', 'kind']).execute(), open.groupBy([day, 'kind']).execute()]);
+  const byDay = new Map<string, z.infer<typeof UsageDay>>();
+  const entry = (d: string) => {
+    let e = byDay.get(d);
+    if (!e) {
+      e = { day: d, inputTokens: 0, outputTokens: 0, totalTokens: 0, sandboxSeconds: 0, toolExecutions: 0, codeExecutions: 0, costMicros: 0 };
+      byDay.set(d, e);
+    }
+    return e;
+  };
+  for (const r of [...a, ...b]) {
+    const e = entry(String(r.day));
+    e.inputTokens += Number(r.input_tokens);
+    e.outputTokens += Number(r.output_tokens);
+    e.costMicros += Number(r.cost_micros);
+    if (r.kind === 'sandbox_runtime') e.sandboxSeconds += Number(r.quantity);
+    if (r.kind === 'tool_execution') e.toolExecutions += Number(r.events);
+    if (r.kind === 'code_execution') e.codeExecutions += Number(r.events);
+  }
+  const today = now.toISOString().slice(0, 10);
+  // Running sandboxes: their time so far beyond what they recorded, on today (the chart's "now").
+  if (active > 0) entry(today).sandboxSeconds += active;
+  const start = firstDay ?? [...byDay.keys()].sort()[0] ?? today;
+  const days: z.infer<typeof UsageDay>[] = [];
+  for (let t = Date.parse(`${start}T00:00:00Z`); t <= Date.parse(`${today}T00:00:00Z`); t += DAY_MS) {
+    const e = entry(new Date(t).toISOString().slice(0, 10));
+    e.totalTokens = e.inputTokens + e.outputTokens;
+    e.sandboxSeconds = Math.round(e.sandboxSeconds);
+    days.push(e);
+  }
+  return days;
+}
+
+/**
  * The caller's usage over the period, or (`all`, organization admins) every member's and the organization's
  * totals, which also hold what no member caused (workspace storage). Reads only the meter.
  */
-export async function getMyUsage(ctx: Ctx, input: { period: UsagePeriodName; all: boolean }): Promise<UsageReport> {
+export async function getMyUsage(ctx: Ctx, input: { period: UsagePeriodName; all: boolean; daily?: boolean }): Promise<UsageReport> {
   requireScope(ctx, 'usage:read');
   const org = orgId(ctx);
   // Everyone's usage is billing data: organization admins' `billing:read`.
@@ -313,11 +381,13 @@ export async function getMyUsage(ctx: Ctx, input: { period: UsagePeriodName; all
   const me = ctx.principal.userId;
   const scope: Scope = { org, start: window.start, userId: input.all ? null : me };
   const [rows, active] = await Promise.all([groups(ctx, scope), activeByUser(ctx, scope, now.toISOString())]);
+  const activeSeconds = input.all ? [...active.values()].reduce((n, a) => n + a.seconds, 0) : (active.get(me)?.seconds ?? 0);
+  const days = input.daily ? { days: await dailyUsage(ctx, scope, now, activeSeconds) } : {};
   if (!input.all) {
     const mine = new RowsBuilder();
     for (const g of rows) mine.add(g);
     mine.addActive(active.get(me));
-    return { period, userId: me, ...mine.rows() };
+    return { period, userId: me, ...days, ...mine.rows() };
   }
   const organization = new RowsBuilder();
   const byUser = new Map<string, RowsBuilder>();
@@ -334,5 +404,5 @@ export async function getMyUsage(ctx: Ctx, input: { period: UsagePeriodName; all
   }
   const profiles = await userProfiles(ctx, [...byUser.keys()]);
   const members = [...byUser.keys()].sort().map((userId) => ({ userId, email: profiles.get(userId)?.email ?? null, ...byUser.get(userId)!.rows() }));
-  return { period, members, organization: organization.rows() };
+  return { period, ...days, members, organization: organization.rows() };
 }

@@ -123,6 +123,20 @@ describeNeeding(need, 'a shell across two replicas', () => {
     expect(shell.frames.at(-1)).toEqual({ type: 'exit', code: 5, signal: null, timedOut: false });
   });
 
+  it('forwards a browser’s upgrade with its credential in the query, and relays B’s refusals of it', async () => {
+    const shell = await ShellClient.open(a.url, sandboxId, {}, `?api_key=${owner.key}&cols=60&rows=10`);
+    shell.type('echo query-$((6*7)); stty size\n');
+    await shell.waitFor(/query-42\r\n10 60\r\n/);
+    shell.type('exit\n');
+    expect((await shell.closed).code).toBe(1000);
+    const byToken = await ShellClient.open(a.url, sandboxId, {}, `?token=${owner.token}&org_id=${owner.orgId}&command=true`);
+    expect((await byToken.closed).code).toBe(1000);
+    const stranger = await createOrgAdmin({ app: a.app, deps: a.deps, dataDir: '', close: async () => undefined });
+    expect((await openError(a.url, sandboxId, {}, `?api_key=${stranger.key}`)).status).toBe(404);
+    expect((await openError(a.url, sandboxId, {}, `?api_key=${owner.key}&token=${owner.token}`)).status).toBe(400);
+    expect((await openError(a.url, sandboxId, {}, `?api_key=${owner.key}&cols=0`)).status).toBe(400); // B's answer, relayed
+  });
+
   it('relays B’s refusals, and refuses forged hop headers', async () => {
     const stranger = await createOrgAdmin({ app: a.app, deps: a.deps, dataDir: '', close: async () => undefined });
     // Control: the owner's upgrade through A opens (above); a stranger's is A's own 404 (another organization's

@@ -10,6 +10,8 @@ import type { App } from '../../platform/http/server.js';
 import { HOP_BY_HOP, signHop, verifyHop } from '../../platform/nodes/index.js';
 import { remoteNodeOf } from './nodes.js';
 import { SandboxParams, ShellQuery } from './schemas.js';
+import { redactedRequestLog, redactUrl } from '../../platform/http/redact.js';
+import { authenticateShell } from './shell-auth.js';
 import { checkShell, serveShell } from './shell.js';
 
 /** How long the sandbox's node has to answer a forwarded upgrade (then the session has no deadline of its own). */
@@ -85,19 +87,24 @@ function forwardUpgrade(deps: Deps, req: FastifyRequest, node: { id: string; url
       resolve();
     });
     upstream.end();
-    deps.log.debug({ node: node.id, url: req.url }, 'shell forwarded to the sandbox’s node');
+    deps.log.debug({ node: node.id, url: redactUrl(req.url) }, 'shell forwarded to the sandbox’s node');
   });
 }
 
 /**
  * The shell's WebSocket route (ADR 0046). In a scope of its own, registered after the threads' routes (which
- * register the WebSocket plugin): a sandbox on another live node gets the upgrade forwarded there.
+ * register the WebSocket plugin): a sandbox on another live node gets the upgrade forwarded there. An upgrade
+ * authenticates here (`wsAuth: 'query'` lets it past the platform's hook): from its query (browsers) or its headers,
+ * with the same checks, each refusal an HTTP answer. Forwarded, the query goes along (inside the signed hop) and the
+ * other node authenticates it again. Request logs show the query with its credential redacted.
  */
 export async function sandboxShellRoutes(app: App, deps: Deps) {
   if (!app.hasDecorator('websocketServer')) await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
   await app.register(async (scope) => {
     const routes = scope as unknown as App;
     routes.addHook('onRequest', async (req, reply) => {
+      // The platform's hook authenticated everything but a real upgrade (`wsAuth: 'query'`): that is done here.
+      if (!req.ctx) req.ctx = await authenticateShell(deps, app.authenticate, req);
       if (verifyHop(deps, req)) return; // forwarded here by a peer: served here
       const id = (req.params as { id?: unknown } | undefined)?.id;
       if (!req.ctx || !req.ws || typeof id !== 'string') return;
@@ -109,18 +116,22 @@ export async function sandboxShellRoutes(app: App, deps: Deps) {
     routes.route({
       method: 'GET',
       url: '/v1/sandboxes/:id/shell',
-      config: { scope: 'sandbox:write' },
+      config: { scope: 'sandbox:write', wsAuth: 'query' },
+      // The query may hold a credential (api_key, token): request logs show it redacted.
+      logSerializers: redactedRequestLog,
       schema: {
         tags: ['sandboxes'],
         summary: 'An interactive terminal (WebSocket)',
         description: [
-          'A WebSocket (`Upgrade: websocket`, credentials as headers like any request): an interactive bash on a new terminal, as the sandbox user, ',
+          'A WebSocket (`Upgrade: websocket`): an interactive bash on a new terminal, as the sandbox user, ',
           'in the template’s working directory; `command` runs that instead (`/bin/bash -c`). Query: `cols`, `rows` (1–1000; default 80×24), `command`, `term` (default xterm-256color). ',
           'Binary frames carry terminal bytes both ways. Text frames from the client: `{"type":"resize","cols":N,"rows":N}`. ',
           'The server ends with a text frame `{"type":"exit","code":N,"signal":null|"SIGHUP",...,"timedOut":false}` (code 128+n after a signal) and closes with 1000; ',
           'a failure is `{"type":"error","code","message"}` and close 1011; 30 min without input or output closes with 4408; the shell is killed after 12 h. ',
           'A closed socket hangs the shell up (SIGHUP, then SIGKILL after 2 s). Errors before the upgrade are HTTP answers: 401, 403 (needs `sandbox:write`), 404, 409 `invalid_state` unless running, 503. ',
-          'A plain GET is a 400.',
+          'A plain GET is a 400. ',
+          'Credentials: the usual headers, or (browsers, whose WebSocket cannot send headers) in the query: exactly one of `api_key` or `token`, ',
+          'and `org_id` for a session token (both, or a query credential beside a header one, is a 400); the same checks either way, and request logs redact them.',
         ].join(''),
         params: SandboxParams,
         querystring: ShellQuery,

@@ -1,6 +1,8 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addOrgMember, createHarness, createOrgAdmin, json, keyFor, type Actor, type Harness } from '../../../test/harness.js';
 import { until } from '../../../test/helpers.js';
@@ -16,9 +18,17 @@ let h: Harness;
 let base: string;
 let admin: Actor;
 let sandboxId: string;
+/** What the app logs, at debug (request logs included): no credential given in a query may appear in it. */
+const logLines: string[] = [];
 
 beforeAll(async () => {
-  h = await createHarness();
+  const sink = new Writable({
+    write(chunk, _enc, cb) {
+      logLines.push(String(chunk));
+      cb();
+    },
+  });
+  h = await createHarness({ LOG_LEVEL: 'debug' }, { log: pino({ level: 'debug' }, sink) });
   base = await h.app.listen({ host: '127.0.0.1', port: 0 });
   admin = await createOrgAdmin(h);
   const res = await h.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: admin.headers, payload: { network: false } });
@@ -147,6 +157,100 @@ describe('who may open a shell', () => {
     expect(err.status).toBe(409);
     expect(err.body.error.code).toBe('invalid_state');
   }, 60_000);
+});
+
+describe('a credential in the query (browsers, whose WebSocket cannot send headers)', () => {
+  const q = (params: Record<string, string>) => `?${new URLSearchParams(params)}`;
+
+  it('opens with api_key, or token with org_id, and no headers', async () => {
+    const byKey = await ShellClient.open(base, sandboxId, {}, q({ api_key: admin.key, cols: '70', rows: '20' }));
+    byKey.type('echo key-$((6*7)); stty size\n');
+    await byKey.waitFor(/key-42\r\n20 70\r\n/);
+    byKey.type('exit 2\n');
+    expect((await byKey.closed).code).toBe(1000);
+    expect(byKey.frames.at(-1)).toMatchObject({ type: 'exit', code: 2 });
+
+    const byToken = await ShellClient.open(base, sandboxId, {}, q({ token: admin.token, org_id: admin.orgId, command: 'echo token-$((6*7))' }));
+    expect((await byToken.closed).code).toBe(1000);
+    expect(byToken.text).toContain('token-42');
+  });
+
+  it('refuses another organization’s credential: 404, and a key naming the owner’s organization', async () => {
+    // Control: the owner's key in the query opens it (above, and here once more).
+    const control = await ShellClient.open(base, sandboxId, {}, q({ api_key: admin.key, command: 'true' }));
+    expect((await control.closed).code).toBe(1000);
+    const stranger = await createOrgAdmin(h);
+    const other = await openError(base, sandboxId, {}, q({ api_key: stranger.key }));
+    expect(other.status).toBe(404);
+    expect(other.body.error.code).toBe('not_found');
+    expect((await openError(base, sandboxId, {}, q({ token: stranger.token }))).status).toBe(404);
+    // Claiming the owner's organization does not help: a key belongs to its own; a session needs a membership.
+    expect([403, 404]).toContain((await openError(base, sandboxId, {}, q({ api_key: stranger.key, org_id: admin.orgId }))).status);
+    expect([403, 404]).toContain((await openError(base, sandboxId, {}, q({ token: stranger.token, org_id: admin.orgId }))).status);
+    const member = await addOrgMember(h, admin, 'member');
+    expect((await openError(base, sandboxId, {}, q({ api_key: member.key }))).status).toBe(404);
+  });
+
+  it('400 for both api_key and token, one given twice, or a query credential beside a header one', async () => {
+    const both = await openError(base, sandboxId, {}, q({ api_key: admin.key, token: admin.token }));
+    expect(both.status).toBe(400);
+    expect(both.body.error.code).toBe('invalid_request');
+    expect(both.body.error.message).toMatch(/exactly one of .*api_key.*token/);
+    expect((await openError(base, sandboxId, {}, `?api_key=${admin.key}&api_key=${admin.key}`)).status).toBe(400);
+    expect((await openError(base, sandboxId, {}, `?token=${admin.token}&token=${admin.token}`)).status).toBe(400);
+    const mixed = await openError(base, sandboxId, admin.headers, q({ api_key: admin.key }));
+    expect(mixed.status).toBe(400);
+    expect(mixed.body.error.message).toContain('not both');
+    expect((await openError(base, sandboxId, { authorization: `Bearer ${admin.token}` }, q({ token: admin.token }))).status).toBe(400);
+  });
+
+  it('403 for a key without sandbox:write, 401 for a bad or revoked credential', async () => {
+    const readOnly = await keyFor(h, admin, ['sandbox:read']);
+    const forbidden = await openError(base, sandboxId, {}, q({ api_key: readOnly }));
+    expect(forbidden.status).toBe(403);
+    expect(forbidden.body.error.message).toContain('sandbox:write');
+    const bad: Record<string, string>[] = [
+      { api_key: 'hgr_live_notarealkey' },
+      { api_key: admin.token },
+      { api_key: '' },
+      { token: 'not.a.jwt' },
+      { token: '' },
+    ];
+    for (const params of bad) {
+      const e = await openError(base, sandboxId, {}, q(params));
+      expect(e.status, JSON.stringify(params)).toBe(401);
+      expect(e.body.error.code).toBe('unauthenticated');
+    }
+    // A key revoked while its shell is open ends the session (4401); then the key is refused.
+    const created = await h.app.inject({
+      method: 'POST',
+      url: '/v1/api-keys',
+      headers: admin.headers,
+      payload: { name: 'terminal', scopes: ['sandbox:write'] },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const { id, key } = json(created).data;
+    const shell = await ShellClient.open(base, sandboxId, {}, q({ api_key: key }));
+    shell.type('echo open-$((1+1))\n');
+    await shell.waitFor(/open-2\r\n/);
+    const revoked = await h.app.inject({ method: 'DELETE', url: `/v1/api-keys/${id}`, headers: admin.headers });
+    expect(revoked.statusCode, revoked.body).toBe(200);
+    expect((await shell.closed).code).toBe(4401);
+    expect((await openError(base, sandboxId, {}, q({ api_key: key }))).status).toBe(401);
+  });
+
+  it('never logs a credential given in the query', async () => {
+    const key = await keyFor(h, admin, ['sandbox:write']);
+    const shell = await ShellClient.open(base, sandboxId, {}, q({ api_key: key, command: 'true' }));
+    expect((await shell.closed).code).toBe(1000);
+    await openError(base, sandboxId, {}, q({ api_key: key, token: admin.token }));
+    await openError(base, sandboxId, {}, q({ token: admin.token, org_id: admin.orgId, cols: '0' }));
+    // The request logs were on (debug) and show these requests, with the query's credential redacted.
+    const shellLines = logLines.filter((l) => l.includes(`/v1/sandboxes/${sandboxId}/shell`));
+    expect(shellLines.some((l) => l.includes('api_key=%28redacted%29'))).toBe(true);
+    expect(shellLines.some((l) => l.includes('token=%28redacted%29'))).toBe(true);
+    for (const secret of [key, admin.key, admin.token]) expect(logLines.filter((l) => l.includes(secret))).toEqual([]);
+  });
 });
 
 describe('hangar sandbox shell', () => {

@@ -1,6 +1,7 @@
 import websocket from '@fastify/websocket';
 import { z } from 'zod';
 import type { Deps } from '../../platform/context.js';
+import { redactedRequestLog } from '../../platform/http/redact.js';
 import { envelope, errorResponses, ok, page, pageEnvelope } from '../../platform/http/envelope.js';
 import { errors } from '../../platform/http/errors.js';
 import type { App } from '../../platform/http/server.js';
@@ -152,6 +153,8 @@ export async function threadRoutes(app: App, deps: Deps) {
     method: 'GET',
     url: '/v1/threads/:threadId/events',
     config: { scope: 'agent:read', wsAuth: 'query' },
+    // The query carries the credential (a browser's WebSocket cannot send headers): never in the request log.
+    logSerializers: redactedRequestLog,
     schema: {
       tags,
       summary: 'Durable events of a thread (and its live WebSocket)',

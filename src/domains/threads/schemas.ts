@@ -37,6 +37,13 @@ export const ListThreadsQuery = z.object({
   limit: limitParam(50, 100),
   cursor: z.string().optional(),
   archived: queryBool.default(false).describe('Include archived threads'),
+  q: z
+    .string()
+    .trim()
+    .min(1)
+    .max(200)
+    .optional()
+    .describe('Search (beyond the spec): threads whose title contains this text (case-insensitive), or whose id is exactly it'),
 });
 
 export const GetThreadQuery = z.object({ include: z.enum(['all_rollouts']).optional() });

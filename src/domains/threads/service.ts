@@ -4,7 +4,7 @@
  * compaction in compaction.ts.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Selectable } from 'kysely';
+import { type Selectable, sql } from 'kysely';
 import type { Database, ThreadRolloutsTable, ThreadsTable } from '../../database.js';
 import { exec, isOrgAdmin, orgId, requireAnyScope, requireScope, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { AppError, errors } from '../../platform/http/errors.js';
@@ -117,10 +117,16 @@ export async function getThread(ctx: Ctx, id: string): Promise<{ thread: Thread;
   return { thread: toThread(row), view, row };
 }
 
-export async function listThreads(ctx: Ctx, q: { limit: number; cursor?: string; archived: boolean }) {
+export async function listThreads(ctx: Ctx, q: { limit: number; cursor?: string; archived: boolean; q?: string }) {
   requireScope(ctx, 'agent:read');
   let query = exec(ctx).selectFrom('threads').selectAll().where('org_id', '=', orgId(ctx)).where('owner_user_id', '=', ctx.principal.userId);
   if (!q.archived) query = query.where('archived', '=', 0);
+  if (q.q) {
+    // LIKE with its wildcards escaped, on lower() of both sides: the same answer on SQLite and PostgreSQL.
+    const pattern = `%${q.q.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+    const text = q.q;
+    query = query.where((eb) => eb.or([sql<boolean>`lower(coalesce(title, '')) like ${pattern} escape '\\'`, eb('id', '=', text)]));
+  }
   const page = await newestFirstPage(query, { time: 'updated_at', id: 'id' }, q);
   return { ...page, items: page.items.map(toThread) };
 }

@@ -5677,6 +5677,8 @@ export interface paths {
                     cursor?: string;
                     /** @description Include archived threads */
                     archived?: "0" | "1" | "true" | "false";
+                    /** @description Search (beyond the spec): threads whose title contains this text (case-insensitive), or whose id is exactly it */
+                    q?: string;
                 };
                 header?: never;
                 path?: never;
@@ -7067,7 +7069,7 @@ export interface paths {
         };
         /**
          * An interactive terminal (WebSocket)
-         * @description A WebSocket (`Upgrade: websocket`, credentials as headers like any request): an interactive bash on a new terminal, as the sandbox user, in the template’s working directory; `command` runs that instead (`/bin/bash -c`). Query: `cols`, `rows` (1–1000; default 80×24), `command`, `term` (default xterm-256color). Binary frames carry terminal bytes both ways. Text frames from the client: `{"type":"resize","cols":N,"rows":N}`. The server ends with a text frame `{"type":"exit","code":N,"signal":null|"SIGHUP",...,"timedOut":false}` (code 128+n after a signal) and closes with 1000; a failure is `{"type":"error","code","message"}` and close 1011; 30 min without input or output closes with 4408; the shell is killed after 12 h. A closed socket hangs the shell up (SIGHUP, then SIGKILL after 2 s). Errors before the upgrade are HTTP answers: 401, 403 (needs `sandbox:write`), 404, 409 `invalid_state` unless running, 503. A plain GET is a 400.
+         * @description A WebSocket (`Upgrade: websocket`): an interactive bash on a new terminal, as the sandbox user, in the template’s working directory; `command` runs that instead (`/bin/bash -c`). Query: `cols`, `rows` (1–1000; default 80×24), `command`, `term` (default xterm-256color). Binary frames carry terminal bytes both ways. Text frames from the client: `{"type":"resize","cols":N,"rows":N}`. The server ends with a text frame `{"type":"exit","code":N,"signal":null|"SIGHUP",...,"timedOut":false}` (code 128+n after a signal) and closes with 1000; a failure is `{"type":"error","code","message"}` and close 1011; 30 min without input or output closes with 4408; the shell is killed after 12 h. A closed socket hangs the shell up (SIGHUP, then SIGKILL after 2 s). Errors before the upgrade are HTTP answers: 401, 403 (needs `sandbox:write`), 404, 409 `invalid_state` unless running, 503. A plain GET is a 400. Credentials: the usual headers, or (browsers, whose WebSocket cannot send headers) in the query: exactly one of `api_key` or `token`, and `org_id` for a session token (both, or a query credential beside a header one, is a 400); the same checks either way, and request logs redact them.
          */
         get: {
             parameters: {
@@ -27113,6 +27115,8 @@ export interface paths {
                     period?: "current" | "7d" | "30d" | "all_time";
                     /** @description `true`: every member’s rows and the organization totals (organization admins) */
                     all?: "true" | "false";
+                    /** @description `true` (beyond the spec): also `days`, the usage by UTC day (the caller’s, or with `all=true` the organization’s), for charts */
+                    daily?: "true" | "false";
                 };
                 header?: never;
                 path?: never;
@@ -28737,6 +28741,21 @@ export interface components {
             received: true;
             duplicate: boolean;
         };
+        UsageDayInput: {
+            /** @description The UTC day, YYYY-MM-DD */
+            day: string;
+            /** @description Platform model input tokens */
+            inputTokens: number;
+            /** @description Platform model output tokens */
+            outputTokens: number;
+            totalTokens: number;
+            /** @description Sandbox runtime recorded that day (intervals charged, awaiting the charge or forgiven; a running sandbox’s so far) */
+            sandboxSeconds: number;
+            toolExecutions: number;
+            codeExecutions: number;
+            /** @description What that day’s usage costs (forgiven events and your own keys’ calls count 0) */
+            costMicros: number;
+        };
         MyUsageInput: {
             /** @description Events count by the time they were recorded */
             period: {
@@ -28875,6 +28894,8 @@ export interface components {
             /** @description Everything above except forgiven runtime and BYOK calls; running sandboxes at their recorded cost */
             totalCostMicros: number;
             totalCostCents: number;
+            /** @description With `daily=true` (beyond the spec): the same usage by UTC day, oldest first, one entry for every day of the period up to today (days with no usage are zeros); a 7d or 30d period starts with the whole of its first day */
+            days?: components["schemas"]["UsageDayInput"][];
         };
         OrgUsageInput: {
             /** @description Events count by the time they were recorded */
@@ -28886,6 +28907,8 @@ export interface components {
                 /** @description The billing period’s end for `current`; now otherwise */
                 end: string;
             };
+            /** @description With `daily=true` (beyond the spec): the same usage by UTC day, oldest first, one entry for every day of the period up to today (days with no usage are zeros); a 7d or 30d period starts with the whole of its first day */
+            days?: components["schemas"]["UsageDayInput"][];
             /** @description Every user with usage in the period (former members included), sorted by user id */
             members: {
                 userId: string;
@@ -30785,6 +30808,21 @@ export interface components {
             received: true;
             duplicate: boolean;
         };
+        UsageDay: {
+            /** @description The UTC day, YYYY-MM-DD */
+            day: string;
+            /** @description Platform model input tokens */
+            inputTokens: number;
+            /** @description Platform model output tokens */
+            outputTokens: number;
+            totalTokens: number;
+            /** @description Sandbox runtime recorded that day (intervals charged, awaiting the charge or forgiven; a running sandbox’s so far) */
+            sandboxSeconds: number;
+            toolExecutions: number;
+            codeExecutions: number;
+            /** @description What that day’s usage costs (forgiven events and your own keys’ calls count 0) */
+            costMicros: number;
+        };
         MyUsage: {
             /** @description Events count by the time they were recorded */
             period: {
@@ -30923,6 +30961,8 @@ export interface components {
             /** @description Everything above except forgiven runtime and BYOK calls; running sandboxes at their recorded cost */
             totalCostMicros: number;
             totalCostCents: number;
+            /** @description With `daily=true` (beyond the spec): the same usage by UTC day, oldest first, one entry for every day of the period up to today (days with no usage are zeros); a 7d or 30d period starts with the whole of its first day */
+            days?: components["schemas"]["UsageDay"][];
         };
         OrgUsage: {
             /** @description Events count by the time they were recorded */
@@ -30934,6 +30974,8 @@ export interface components {
                 /** @description The billing period’s end for `current`; now otherwise */
                 end: string;
             };
+            /** @description With `daily=true` (beyond the spec): the same usage by UTC day, oldest first, one entry for every day of the period up to today (days with no usage are zeros); a 7d or 30d period starts with the whole of its first day */
+            days?: components["schemas"]["UsageDay"][];
             /** @description Every user with usage in the period (former members included), sorted by user id */
             members: {
                 userId: string;
