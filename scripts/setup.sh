@@ -31,6 +31,7 @@ PACKAGES=(
   user-mode-linux busybox-static cpio kmod # the cgroup v2 test guest (scripts/guest, ADR 0021)
   linux-source-6.1 bc flex bison # the guest's kernel with sandbox networking, built once (scripts/guest/kernel.sh)
   wireguard-tools         # wg-quick: the device mesh's tests check generated peer configs with `wg-quick strip` (ADR 0029)
+  chromium                # the web console's browser tests (playwright-core drives /usr/bin/chromium; ADR 0047)
 )
 
 install_packages() {
@@ -126,7 +127,28 @@ build_native() {
     || warn "building the reaper failed: code execution will be unavailable"
 }
 
+# build_console: the web console (packages/console, Vite) into packages/console/dist, which `hangar serve` serves
+# at /. Rebuilt when dist is missing or older than any of its sources or the SDK's (it bundles the SDK's sources).
+build_console() {
+  local dir=packages/console out=packages/console/dist/index.html vite=node_modules/.bin/vite
+  if [ ! -x "$vite" ]; then
+    warn "vite is missing (npm install not finished?): the web console is not built; / will say so"
+    return 0
+  fi
+  if [ -f "$out" ] && [ -z "$(find "$dir/src" "$dir/public" "$dir/index.html" "$dir/vite.config.ts" "$dir/package.json" packages/sdk/src \
+      -newer "$out" -print -quit 2>/dev/null)" ]; then
+    return 0
+  fi
+  # vite.config.ts builds beside dist/ and swaps it in whole, so a running server or a concurrent run never sees half.
+  if "$vite" build "$dir" --logLevel warn; then
+    info "built the web console ($dir/dist)"
+  else
+    warn "building the web console failed: / will say it is not built"
+  fi
+}
+
 install_packages
 check_present
 build_native
+build_console
 exit 0

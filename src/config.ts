@@ -179,6 +179,7 @@ const EnvSchema = z.object({
   HANGAR_TRIGGERS_MAX_BODY_BYTES: intFrom(1024, 64 * 1024 * 1024).default(1024 * 1024),
   HANGAR_TRIGGERS_TOLERANCE_SECONDS: intFrom(1, 3600).default(300),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  HANGAR_CONSOLE_DIR: z.string().min(1).optional(),
   HANGAR_METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters').max(512).optional(),
   HANGAR_METRICS_PORT: intFrom(0, 65535).optional(),
   HANGAR_METRICS_HOST: z.string().min(1).default('127.0.0.1'),
@@ -217,6 +218,8 @@ export type Config = Readonly<{
   logLevel: string;
   /** `GET /metrics` (ADR 0040): behind a token on the API port, and/or on a port of its own; off when neither is set. */
   metrics: MetricsConfig;
+  /** The built web console served at / (ADR 0047); default packages/console/dist (built by `npm install`). */
+  consoleDir: string | undefined;
   execute: ExecuteConfig;
   sandboxes: SandboxConfig;
   nodes: NodesConfig;
@@ -723,6 +726,7 @@ export function parseConfig(env: Record<string, string | undefined>, overrides: 
     maxOrgsPerUser: e.HANGAR_MAX_ORGS_PER_USER,
     validateResponses: e.HANGAR_VALIDATE_RESPONSES === 'true' || e.HANGAR_VALIDATE_RESPONSES === '1',
     logLevel: e.LOG_LEVEL,
+    consoleDir: e.HANGAR_CONSOLE_DIR,
     metrics: Object.freeze({ token: e.HANGAR_METRICS_TOKEN ?? null, port: e.HANGAR_METRICS_PORT ?? null, host: e.HANGAR_METRICS_HOST }),
     execute: Object.freeze({
       concurrency,

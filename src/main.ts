@@ -67,6 +67,7 @@ async function serve(config: Config) {
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   console.log(`Hangar listening on http://${config.host}:${port} (services: ${config.services.join(', ')}; database: ${config.database.kind})`);
+  console.log(`Web console:   http://${config.host}:${port}/`);
   console.log(`API reference: http://${config.host}:${port}/v1/docs`);
   const stop = async () => {
     await app.close();
@@ -97,7 +98,8 @@ async function init(config: Config, opts: { json: boolean; email?: string; name?
       console.log(`Personal workspace    ${result.workspaceId}`);
       console.log(`Admin API key         ${result.apiKey}`);
       // The address the server will answer on: HANGAR_BASE_URL when set, else HOST and PORT (0.0.0.0 reached as 127.0.0.1).
-      console.log(`\nThe key is shown once. Try: curl -H "X-API-Key: <key>" ${config.publicBaseUrl ?? config.urls.orchestrator}/v1/me`);
+      const base = config.publicBaseUrl ?? config.urls.orchestrator;
+      console.log(`\nThe key is shown once. Sign in to the web console at ${base}/ with it, or try: curl -H "X-API-Key: <key>" ${base}/v1/me`);
     }
   });
 }

@@ -62,7 +62,8 @@ describe('hangar device: link a machine, run a local-device agent on it, revoke 
     const link = device(['link', '--label', 'test-laptop'], env());
     children.push(link.child);
     const code = (await until('the code is printed', () => /code ([A-Z2-9]{4}-[A-Z2-9]{4})/.exec(link.output())?.[1], 30_000))!;
-    expect(link.output()).toContain(`${base}/device?code=${code}`);
+    // The server's approval URL: the web console's /link page where the console is built, else the plain /device page.
+    expect([`${base}/link/${code}`, `${base}/device?code=${code}`].some((u) => link.output().includes(u))).toBe(true);
     const details = json(await h.app.inject({ method: 'GET', url: `/v1/runmesh/devices/link/${code}`, headers: admin.headers })).data;
     expect(details).toMatchObject({ deviceLabel: 'test-laptop', status: 'pending' });
     const approved = await h.app.inject({ method: 'POST', url: '/v1/runmesh/devices/link/approve', headers: admin.headers, payload: { code } });

@@ -4,9 +4,12 @@
  * credential are stored; the private key never leaves the device.
  */
 import { randomBytes, randomInt } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { exec, orgId, requireOrgAdmin, requireScope, systemCtx, withTx, type Ctx, type Deps } from '../../platform/context.js';
 import { sha256Hex, safeEqual } from '../../platform/crypto/index.js';
 import { isUniqueViolation } from '../../platform/db/errors.js';
+import { CONSOLE_DIST } from '../../platform/http/console.js';
 import { AppError, errors } from '../../platform/http/errors.js';
 import { base62, nowIso, prefixedId } from '../../platform/ids.js';
 import { stateKey } from '../../platform/state.js';
@@ -47,9 +50,14 @@ export function normalizeCode(input: string): string | null {
 
 export const displayCode = (code: string): string => `${code.slice(0, 4)}-${code.slice(4)}`;
 
-/** The approval page: on HANGAR_BASE_URL when set, else on the origin the device reached (only the device sees it). */
+/**
+ * The approval page: the web console's /link/{code} where the console is built (the person approves signed in), else
+ * the plain /device page; on HANGAR_BASE_URL when set, else on the origin the device reached (only the device sees it).
+ */
 export function linkUrl(deps: Deps, code: string, origin: string): string {
-  return `${deps.config.publicBaseUrl ?? origin.replace(/\/+$/, '')}/device?code=${displayCode(code)}`;
+  const base = deps.config.publicBaseUrl ?? origin.replace(/\/+$/, '');
+  const consoleBuilt = existsSync(path.join(deps.config.consoleDir ?? CONSOLE_DIST, 'index.html'));
+  return consoleBuilt ? `${base}/link/${displayCode(code)}` : `${base}/device?code=${displayCode(code)}`;
 }
 
 const expired = (row: LinkRow, now = Date.now()) => row.status === 'expired' || (row.status === 'pending' && Date.parse(row.expires_at) <= now);

@@ -35,7 +35,8 @@ describe('device mesh', () => {
       expect(res.headers['cache-control']).toBe('no-store');
       const d = json(res).data;
       expect(d.code).toMatch(/^[A-HJ-NP-Z2-9]{4}-[A-HJ-NP-Z2-9]{4}$/);
-      expect(d.url).toMatch(new RegExp(`/device\\?code=${d.code}$`));
+      // The web console's approval page where the console is built, else the plain /device page.
+      expect(d.url).toMatch(new RegExp(`(/link/|/device\\?code=)${d.code}$`));
       expect(Date.parse(d.expiresAt)).toBeGreaterThan(Date.now() + 500_000);
       expect(d.pollSecret).toMatch(/^hgp_/);
       expect(d.interval).toBe(1);

@@ -29,6 +29,7 @@ import type { Scope } from '../scopes.js';
 import { AppError, type FieldIssue } from './errors.js';
 import { driverErrorToAppError } from '../db/errors.js';
 import { bodyDepthProblem } from './json-depth.js';
+import { consoleRoutes } from './console.js';
 import { instrumentHttp, metricsRoute } from './metrics.js';
 
 declare module 'fastify' {
@@ -284,5 +285,6 @@ export async function createServer(deps: Deps, authenticate: Authenticate): Prom
   app.get('/v1/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
   app.get('/healthz', { config: { auth: 'none' }, schema: { hide: true } }, async () => ({ ok: true }));
   metricsRoute(app as unknown as FastifyInstance, deps);
+  consoleRoutes(app as unknown as FastifyInstance, config.consoleDir);
   return app;
 }
