@@ -12,9 +12,10 @@
  * Aim (issue 22): every page under 1 s, first visit (median of --rounds, 7).
  */
 import { parseArgs } from 'node:util';
-import { chromium, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { recordActivity } from '../src/domains/activity/index.js';
 import { withTx } from '../src/platform/context.js';
+import { launchBrowser } from '../test/console/browser.js';
 import type { Aim, BenchOutcome } from './lib/results.js';
 import { startInProcessHangar, stopInProcessHangar } from './lib/in-process.js';
 
@@ -55,18 +56,7 @@ export async function run(argv: string[]): Promise<BenchOutcome> {
   const events = Number(values.events);
   const rounds = Number(values.rounds);
   const hangar = await startInProcessHangar('console');
-  const browser = await chromium.launch({
-    executablePath: process.env.HANGAR_TEST_CHROMIUM ?? '/usr/bin/chromium',
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  const browser = await launchBrowser();
   try {
     const headers = { 'x-api-key': hangar.apiKey, 'content-type': 'application/json' };
     const post = async (path: string, body: unknown) => {

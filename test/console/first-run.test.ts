@@ -1,33 +1,15 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
-import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { testDatabaseUrl } from '../harness.js';
 import { until } from '../helpers.js';
-import { listeningUrl } from '../serve.js';
+import { cliEnvironment, listeningUrl } from '../serve.js';
 import { launchBrowser, shot } from './browser.js';
 
 const BIN = path.resolve(import.meta.dirname, '../../bin/hangar.js');
 
 describe('a new user: hangar init, npm start, open / and sign in with the printed key', () => {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'hangar-first-run-'));
-  const schema = `first_${randomBytes(5).toString('hex')}`;
-  const env: Record<string, string> = { ...(process.env as Record<string, string>), HANGAR_DATA_DIR: dataDir, LOG_LEVEL: 'silent' };
-  delete env.DATABASE_URL;
-  delete env.HANGAR_SECRET_KEY;
-  if (testDatabaseUrl) env.DATABASE_URL = `${testDatabaseUrl}?schema=${schema}`;
-  afterAll(async () => {
-    rmSync(dataDir, { recursive: true, force: true });
-    if (testDatabaseUrl) {
-      const client = new pg.Client({ connectionString: testDatabaseUrl });
-      await client.connect();
-      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await client.end();
-    }
-  });
+  const { env, cleanup } = cliEnvironment('first-run');
+  afterAll(cleanup);
 
   it('works as README says', async () => {
     const init = spawnSync(process.execPath, [BIN, 'init', '--org', 'First Run'], { env, encoding: 'utf8', timeout: 60_000 });

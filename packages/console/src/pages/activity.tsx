@@ -31,6 +31,10 @@ const RESOURCE_TYPES = [
   'trigger',
   'workflow',
 ] as const satisfies readonly NonNullable<ActivityQuery['resource_type']>[];
+// Every resource type the API takes is offered: a type added to the API and not here fails the console's type check.
+type Unoffered = Exclude<NonNullable<ActivityQuery['resource_type']>, (typeof RESOURCE_TYPES)[number]>;
+const everyTypeOffered: [Unoffered] extends [never] ? true : Unoffered = true;
+void everyTypeOffered;
 
 const SEVERITIES = ['info', 'warning', 'error'] as const;
 const LIMITS = ['25', '50', '100', '200'];
